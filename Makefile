@@ -1,0 +1,45 @@
+# labwarden -- `make demo` and `make test` each set up what is missing first.
+# Re-running is fast: every step is skipped when its result is already there.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+INFERNO := .tools/bin/inferno-collapse-perf
+CARGO := $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
+PYTEST_ARGS ?=
+
+.PHONY: setup system python tools test demo bench lint clean
+
+setup: system python tools
+
+system:
+	@sh scripts/setup-system.sh
+
+python: $(STAMP)
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+tools: $(INFERNO)
+$(INFERNO):
+	@echo "setup: installing inferno into .tools (cargo install inferno --locked, ~1-2 min)"
+	$(CARGO) install inferno --locked --root .tools --quiet
+
+test: setup
+	$(BIN)/ruff check labwarden tests bench
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
+
+demo: setup
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/labwarden demo
+
+bench: setup
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python bench/vlab_curve.py
+
+lint: python
+	$(BIN)/ruff check labwarden tests bench
+
+clean:
+	rm -rf .vlab .pytest_cache build dist

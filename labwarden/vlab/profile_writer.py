@@ -1,0 +1,75 @@
+"""Write the lab profile (lab.toml) of a vlab: a real lab differs only in this file."""
+
+from __future__ import annotations
+
+import json
+
+from labwarden.vlab import firmware
+from labwarden.vlab.layout import VlabLayout
+
+
+def _q(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def write(layout: VlabLayout, info_port: int, manifest: firmware.BuildManifest) -> None:
+    r = layout.root
+    with open(str(layout.host_key) + ".pub") as f:
+        host_key_line = f.read().strip()
+    text = f"""# labwarden lab profile for the virtual lab in {r}
+# Written by `labwarden vlab up`; a real lab differs only in this file.
+
+[lab]
+name = "vlab"
+kind = "vlab"
+
+[dut]
+backend = "ssh"
+
+[dut.ssh]
+host = "127.0.0.1"
+port = {info_port}
+user = "root"
+key = {_q(str(layout.client_key))}
+host_key = {_q(host_key_line)}
+
+[dut.paths]
+root = {_q(str(r))}
+rootfs = {_q(str(layout.rootfs))}
+overlay = {_q(str(layout.overlay))}
+config = {_q(str(layout.config_dir))}
+sysfs = {_q(str(layout.sysfs))}
+release = {_q(str(layout.openwrt_release))}
+tmp = {_q(str(layout.tmp_dir))}
+run = {_q(str(layout.run_dir))}
+
+[build]
+kind = "vlab"
+repo = {_q(str(layout.src))}
+builds = {_q(str(layout.builds))}
+baseline = {_q(manifest.build_id)}
+
+[flash]
+method = "sysupgrade"
+command = ["sysupgrade"]
+
+[load]
+kind = "stasim"
+binary = {_q(str(layout.loadgen / "stasim"))}
+socket = {_q(str(layout.socket))}
+radios = 6
+
+[target]
+process = "stad"
+library = {_q(str(layout.rootfs / "usr" / "lib" / "libsta.so"))}
+suspects = ["stamon"]
+uprobes = {{ rpc_calls = "getStationStats", dm_write_txns = "dm_finalize_transaction" }}
+
+[gates]
+unknown_frames_pct_max = 1.0
+rss_per_client_kb_max = 64.0
+
+[policy]
+heal = ["governor", "boost", "topology", "procmgr"]
+"""
+    layout.lab_toml.write_text(text)

@@ -1,0 +1,109 @@
+"""The DUT's process manager: starts stad then stamon, respawns them while it is enabled.
+
+Children get PR_SET_PDEATHSIG(SIGKILL) so that nothing outlives the DUT daemon, even a kill -9.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import signal
+import time
+
+from labwarden.lab import uci
+from labwarden.vlab.layout import SERVICES, VlabLayout
+
+log = logging.getLogger("labwarden.vlab.supervisor")
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class ProcessManager:
+    def __init__(self, layout: VlabLayout):
+        self.layout = layout
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.respawns: dict[str, int] = dict.fromkeys(SERVICES, 0)
+        self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._stopping = False
+
+    def enabled(self) -> bool:
+        try:
+            main = uci.get(uci.load(self.layout.config_dir / "procmgr"), "main")
+        except (OSError, KeyError, uci.UciError):
+            return True
+        return main.options.get("enabled", "1") == "1"
+
+    def argv(self, name: str) -> list[str]:
+        return [str(self.layout.binary(name)), "--config", str(self.layout.config_dir),
+                "--socket", str(self.layout.socket)]
+
+    async def _spawn(self, name: str) -> asyncio.subprocess.Process:
+        logf = (self.layout.logs / f"{name}.log").open("ab")
+        proc = await asyncio.create_subprocess_exec(
+            *self.argv(name), stdin=asyncio.subprocess.DEVNULL, stdout=logf, stderr=logf,
+            env=self.layout.dut_env(), cwd=str(self.layout.root), preexec_fn=_die_with_parent)
+        logf.close()
+        self.procs[name] = proc
+        (self.layout.run_dir / f"{name}.pid").write_text(f"{proc.pid}\n")
+        log.info("started %s pid %d", name, proc.pid)
+        if name == "stad":  # stamon needs the socket: wait for stad to listen
+            deadline = time.monotonic() + 5
+            while not self.layout.socket.exists() and time.monotonic() < deadline:
+                if proc.returncode is not None:
+                    break
+                await asyncio.sleep(0.02)
+        return proc
+
+    async def start_all(self) -> None:
+        self._stopping = False
+        with contextlib.suppress(FileNotFoundError):
+            self.layout.socket.unlink()
+        for name in SERVICES:
+            await self._spawn(name)
+            self._watchers[name] = asyncio.create_task(self._watch(name))
+
+    async def _watch(self, name: str) -> None:
+        backoff = 0.2
+        while True:
+            proc = self.procs[name]
+            started = time.monotonic()
+            rc = await proc.wait()
+            if self._stopping:
+                return
+            log.warning("%s pid %d exited with %s", name, proc.pid, rc)
+            if not self.enabled():
+                log.warning("process manager disabled: %s stays down", name)
+                return
+            # Crash loops back off (up to 5 s); a long healthy run resets the backoff.
+            backoff = 0.2 if time.monotonic() - started > 10 else min(backoff * 2, 5.0)
+            await asyncio.sleep(backoff)
+            if self._stopping:
+                return
+            self.respawns[name] += 1
+            await self._spawn(name)
+
+    async def stop_all(self, timeout: float = 3.0) -> None:
+        self._stopping = True
+        for task in self._watchers.values():
+            task.cancel()
+        for name in reversed(SERVICES):
+            proc = self.procs.get(name)
+            if proc is None or proc.returncode is not None:
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), timeout)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        for name in SERVICES:
+            with contextlib.suppress(FileNotFoundError):
+                (self.layout.run_dir / f"{name}.pid").unlink()
+        self._watchers.clear()

@@ -1,0 +1,71 @@
+"""Shared fixtures: a real vlab (processes, SSH on loopback) that is always brought down."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from labwarden.lab import uprobes
+from labwarden.vlab import control
+from labwarden.vlab.layout import VlabLayout
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+
+def _bring_up(root: Path) -> VlabLayout:
+    control.up(root)
+    return VlabLayout.at(root)
+
+
+@pytest.fixture(scope="module")
+def vlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
+    """A running vlab for one test module; brought down even when a test fails."""
+    root = tmp_path_factory.mktemp("vlab")
+    try:
+        yield _bring_up(root)
+    finally:
+        control.down(root)
+
+
+@pytest.fixture
+def fresh_vlab(tmp_path: Path) -> Iterator[VlabLayout]:
+    """A vlab of this test's own (for tests that break things on purpose)."""
+    try:
+        yield _bring_up(tmp_path / "vlab")
+    finally:
+        control.down(tmp_path / "vlab")
+
+
+def needs_uprobes() -> None:
+    reason = uprobes.available()
+    if reason:
+        pytest.skip(f"uprobes unavailable: {reason}")
+    if shutil.which("perf") is None:
+        pytest.skip("perf not installed (apt-get install linux-perf)")
+
+
+@pytest.fixture
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+def pytest_report_header() -> list[str]:
+    return [f"labwarden tests as uid {os.geteuid()}; uprobes: {uprobes.available() or 'ok'}"]
+
+
+@pytest.fixture(scope="session")
+def built_firmware(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The firmware built straight from the package sources (no vlab)."""
+    import subprocess
+
+    from labwarden.vlab.firmware import firmware_package_dir
+
+    out = tmp_path_factory.mktemp("fw")
+    subprocess.run(["make", "-s", "-C", str(firmware_package_dir()), f"O={out}", "GIT_HASH=test"],
+                   check=True, capture_output=True)
+    return out
