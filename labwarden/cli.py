@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from labwarden import __version__, doctor
+from labwarden.call_cli import call_app
 from labwarden.vlab import control, curve
 
 app = typer.Typer(help="labwarden: run a performance lab through guarded, audited tools.",
@@ -19,6 +20,7 @@ app = typer.Typer(help="labwarden: run a performance lab through guarded, audite
 vlab_app = typer.Typer(help="The virtual lab: a DUT of real processes, perf and SSH on loopback.",
                        no_args_is_help=True)
 app.add_typer(vlab_app, name="vlab")
+app.add_typer(call_app, name="call")
 console = Console(stderr=True)
 out = Console()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from labwarden.lab import uci
-from labwarden.vlab import control, dutstate, procs
+from labwarden.vlab import control, dutstate, firmware, procs
 from labwarden.vlab.layout import VlabLayout
 
 
@@ -34,7 +34,7 @@ def test_up_writes_a_usable_profile(vlab: VlabLayout) -> None:
     st = control.status(vlab.root)
     assert st.up and all(st.services.values())
     assert st.running_version and st.running_version.split()[1] == \
-        control.firmware._git(vlab.src, "rev-parse", "HEAD")
+        firmware.git(vlab.src, "rev-parse", "HEAD")
 
 
 def test_associate_round_robin_and_cleanup(vlab: VlabLayout) -> None:

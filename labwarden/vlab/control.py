@@ -19,6 +19,8 @@ import asyncssh
 from pydantic import BaseModel, Field
 
 from labwarden.lab import uci
+from labwarden.lab.labstate import LabState
+from labwarden.lab.load import LoadError, StasimLoad
 from labwarden.vlab import dutstate, firmware, procs, profile_writer, rpc
 from labwarden.vlab.layout import SERVICES, VlabLayout
 
@@ -153,12 +155,16 @@ def up(root: str | os.PathLike[str], port: int = 0, patches: list[str] | None = 
         progress(f"flashing build {manifest.build_id}")
         flash_local(layout, manifest)
         layout.loadgen.mkdir(exist_ok=True)
-        shutil.copy2(Path(manifest.image).parent / "stasim", layout.loadgen / "stasim")
+        for name in firmware.LOADGEN:
+            shutil.copy2(Path(manifest.image).parent / name, layout.loadgen / name)
         progress("calibrating the work loop")
         _calibrate(layout)
         progress("starting the DUT (process manager + ssh)")
         info = _start_dutd(layout, port)
         profile_writer.write(layout, info_port=info, manifest=manifest)
+        state = LabState.load(layout.data_dir)
+        state.record_flash(manifest.build_id)  # flashed, not yet verified
+        state.save(layout.data_dir)
     except BaseException:
         down(layout.root)
         raise
@@ -271,6 +277,11 @@ def _answers(layout: VlabLayout) -> bool:
     return True
 
 
+def load_generator(layout: VlabLayout) -> StasimLoad:
+    return StasimLoad(binary=layout.loadgen / "stasim", socket=str(layout.socket),
+                      pidfile=layout.stasim_pid, log=layout.logs / "stasim.log")
+
+
 def associate(root: str | os.PathLike[str], stations: int, timeout: float = 15) -> dict[str, int]:
     """Hold `stations` clients through stasim (0 = disassociate all); returns the datamodel count."""
     if stations < 0:
@@ -279,16 +290,10 @@ def associate(root: str | os.PathLike[str], stations: int, timeout: float = 15) 
     if not _answers(layout):
         raise VlabError(f"stad is not answering in {layout.root}",
                         f"`labwarden vlab status --dir {layout.root}`; `vlab up` if it is down")
-    procs.stop(procs.read_pid(layout.stasim_pid), timeout=10)  # stasim disassociates on SIGTERM
-    with contextlib.suppress(FileNotFoundError):
-        layout.stasim_pid.unlink()
-    if stations:
-        log = (layout.logs / "stasim.log").open("ab")
-        proc = subprocess.Popen([str(layout.loadgen / "stasim"), "--socket", str(layout.socket),
-                                 "-n", str(stations)], stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=log, env=layout.dut_env(), start_new_session=True)
-        log.close()
-        layout.stasim_pid.write_text(f"{proc.pid}\n")
+    try:
+        load_generator(layout).hold(stations)
+    except LoadError as exc:
+        raise VlabError(exc.problem, exc.remedy) from exc
     deadline = time.monotonic() + timeout
     counts: dict[str, int] = {}
     while time.monotonic() < deadline:

@@ -110,6 +110,11 @@ class VlabLayout:
         return self.run_dir / "stasim.pid"
 
     @property
+    def data_dir(self) -> Path:
+        """labwarden's records for this lab (the profile's [lab] data_dir)."""
+        return self.root / "data"
+
+    @property
     def lab_toml(self) -> Path:
         return self.root / "lab.toml"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from labwarden.vlab import firmware
-from labwarden.vlab.layout import VlabLayout
+from labwarden.vlab.layout import SERVICES, VlabLayout
 
 
 def _q(value: str) -> str:
@@ -22,6 +22,7 @@ def write(layout: VlabLayout, info_port: int, manifest: firmware.BuildManifest) 
 [lab]
 name = "vlab"
 kind = "vlab"
+data_dir = {_q(str(layout.data_dir))}
 
 [dut]
 backend = "ssh"
@@ -47,16 +48,23 @@ run = {_q(str(layout.run_dir))}
 kind = "vlab"
 repo = {_q(str(layout.src))}
 builds = {_q(str(layout.builds))}
+command = {json.dumps(firmware.COMMAND)}
+artifacts = {{ {", ".join(f"{_q(k)} = {_q(v)}" for k, v in firmware.DEPLOY.items())} }}
+extra_outputs = {json.dumps(firmware.LOADGEN)}
+patches_dirs = {json.dumps([str(d) for d in firmware.patches_dirs(layout)])}
 baseline = {_q(manifest.build_id)}
 
 [flash]
 method = "sysupgrade"
 command = ["sysupgrade"]
+timeout_s = 60
 
 [load]
 kind = "stasim"
 binary = {_q(str(layout.loadgen / "stasim"))}
 socket = {_q(str(layout.socket))}
+pidfile = {_q(str(layout.stasim_pid))}
+log = {_q(str(layout.logs / "stasim.log"))}
 radios = 6
 
 [target]
@@ -64,6 +72,8 @@ process = "stad"
 library = {_q(str(layout.rootfs / "usr" / "lib" / "libsta.so"))}
 suspects = ["stamon"]
 uprobes = {{ rpc_calls = "getStationStats", dm_write_txns = "dm_finalize_transaction" }}
+rpc_client = "stacli"
+pidfiles = {{ {", ".join(f"{n} = {_q(str(layout.run_dir / (n + '.pid')))}" for n in SERVICES)} }}
 
 [gates]
 unknown_frames_pct_max = 1.0

@@ -1,0 +1,206 @@
+"""Build firmware from a git repo: one clean worktree per (ref, patches), content-addressed.
+
+A build directory `builds/<build_id>/` holds
+- `image.tar.gz`: deploy files, stripped, under `rootfs/` at their DUT paths (what flash sends);
+- `symfs/`: for perf on the host -- each stripped file at its DUT path, and its debug info
+  under `usr/lib/debug/.build-id/xx/rest.debug` (perf's layout: a mismatched build-id is refused);
+- `manifest.json`: git hash, and per file its DUT path, sha256 and ELF build-id.
+The build command and artifacts come from a `BuildRecipe` (the lab profile's [build] section).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+from elftools.elf.elffile import ELFFile
+from pydantic import BaseModel, Field
+
+# Fixed identity and dates: the same sources and patches give the same commit on every machine.
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "labwarden", "GIT_AUTHOR_EMAIL": "build@labwarden.invalid",
+    "GIT_COMMITTER_NAME": "labwarden", "GIT_COMMITTER_EMAIL": "build@labwarden.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+}
+
+
+class BuildError(RuntimeError):
+    """A patch that does not apply or code that does not compile; `lines` are the failing lines."""
+
+    def __init__(self, stage: str, lines: list[str], remedy: str = "fix the lines above"):
+        self.stage = stage
+        self.lines = lines
+        self.remedy = remedy
+        super().__init__(f"{stage} failed:\n" + "\n".join(lines))
+
+
+class BuildRecipe(BaseModel):
+    repo: Path = Field(description="git repository of the sources")
+    builds: Path = Field(description="where build directories are kept")
+    rootfs: str = Field(description="DUT path prefix where the image's rootfs/ lands ('/' on a real DUT)")
+    command: list[str] = Field(description="argv run in the worktree; {out} {git_hash} {jobs} are filled in")
+    artifacts: dict[str, str] = Field(description="output file (relative to {out}) -> path inside rootfs")
+    extra_outputs: list[str] = Field(default_factory=list, description="outputs kept beside the image")
+    patches_dirs: list[Path] = Field(default_factory=list, description="where patch ids are looked up")
+
+
+class Artifact(BaseModel):
+    name: str
+    path: str = Field(description="absolute path on the DUT")
+    sha256: str
+    build_id: str = Field(description="ELF NT_GNU_BUILD_ID, hex")
+
+
+class BuildManifest(BaseModel):
+    build_id: str = Field(description="content address of (base commit, patches)")
+    git_hash: str = Field(description="commit built (base + patches committed)")
+    base: str
+    patches: list[str]
+    artifacts: list[Artifact]
+    image: str
+    symfs: str
+
+
+def git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                         env={**os.environ, **_GIT_ENV})
+    if out.returncode != 0:
+        raise BuildError(f"git {args[0]}", (out.stderr or out.stdout).strip().splitlines()[-20:],
+                         "check the ref and the repository")
+    return out.stdout.strip()
+
+
+def resolve_patch(ref: str, patches_dirs: list[Path]) -> Path:
+    """A patch id ('0901') names a patch file `0901-*.patch` in one of `patches_dirs`;
+    anything else must be an existing .patch file."""
+    for d in patches_dirs:
+        found = sorted(d.glob(f"{ref}-*.patch")) + sorted(d.glob(f"{ref}.patch"))
+        if found:
+            return found[0]
+    path = Path(ref)
+    if path.suffix in (".patch", ".diff") and path.is_file():
+        return path.resolve()
+    known = sorted({p.name.split("-")[0].removesuffix(".patch")
+                    for d in patches_dirs for p in d.glob("*.patch")})
+    raise BuildError("patch lookup", [f"unknown patch {ref!r}"],
+                     f"use a patch id ({', '.join(known) or 'none stored'}) or the path of a "
+                     ".patch file")
+
+
+def build_key(base: str, patch_files: list[Path], recipe: BuildRecipe) -> str:
+    h = hashlib.sha256(base.encode())
+    h.update(repr((recipe.command, sorted(recipe.artifacts.items()), recipe.rootfs)).encode())
+    for p in patch_files:
+        h.update(b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def elf_build_id(path: Path) -> str:
+    with path.open("rb") as f:
+        for section in ELFFile(f).iter_sections():
+            if section.header.sh_type == "SHT_NOTE":
+                for note in section.iter_notes():
+                    if note["n_type"] == "NT_GNU_BUILD_ID":
+                        return str(note["n_desc"])
+    return ""
+
+
+def _remove_worktree(repo: Path, tree: Path) -> None:
+    subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
+                   capture_output=True)
+    subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
+
+
+def build(recipe: BuildRecipe, patches: list[str] | None = None, ref: str = "HEAD",
+          progress: Callable[[str], None] = lambda _m: None) -> tuple[BuildManifest, bool]:
+    """Build (ref + patches); returns (manifest, cached). Raises BuildError with failing lines."""
+    patch_files = [resolve_patch(p, recipe.patches_dirs) for p in (patches or [])]
+    base = git(recipe.repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
+    key = build_key(base, patch_files, recipe)
+    out = recipe.builds / key
+    manifest_path = out / "manifest.json"
+    if manifest_path.exists():
+        return BuildManifest.model_validate_json(manifest_path.read_text()), True
+    tree = out / "tree"
+    if out.exists():  # a half-finished earlier attempt: start clean
+        _remove_worktree(recipe.repo, tree)
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    try:
+        progress("checking out a clean worktree")
+        git(recipe.repo, "worktree", "add", "-q", "--detach", str(tree), base)
+        for pf in patch_files:
+            progress(f"applying {pf.name}")
+            res = subprocess.run(["git", "-C", str(tree), "apply", "--index", str(pf)],
+                                 capture_output=True, text=True)
+            if res.returncode != 0:
+                raise BuildError(f"patch {pf.name}", res.stderr.strip().splitlines()[-20:],
+                                 f"rebase {pf.name} on {base[:12]} (it does not apply)")
+        if patch_files:
+            git(tree, "commit", "-q", "-m", "apply " + " ".join(p.name for p in patch_files))
+        git_hash = git(tree, "rev-parse", "HEAD")
+        fill = {"out": str(out / "out"), "git_hash": git_hash, "jobs": str(os.cpu_count() or 1)}
+        argv = [arg.format(**fill) for arg in recipe.command]
+        progress("compiling: " + " ".join(argv[:3]) + (" ..." if len(argv) > 3 else ""))
+        res = subprocess.run(argv, cwd=tree, capture_output=True, text=True)
+        (out / "build.log").write_text(res.stdout + res.stderr)
+        if res.returncode != 0:
+            lines = (res.stderr + res.stdout).splitlines()
+            errors = [ln for ln in lines if "error" in ln.lower()] or lines
+            raise BuildError("compile", errors[-20:], "fix the code (the lines above)")
+        progress("packaging: strip, symfs, image")
+        manifest = _package(recipe, out, key, base, git_hash, patch_files)
+    except BaseException:
+        _remove_worktree(recipe.repo, tree)
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    _remove_worktree(recipe.repo, tree)
+    manifest_path.write_text(manifest.model_dump_json(indent=2))  # written last: marks complete
+    return manifest, False
+
+
+def _package(recipe: BuildRecipe, out: Path, key: str, base: str, git_hash: str,
+             patch_files: list[Path]) -> BuildManifest:
+    """Strip deploy files into the image; keep debug info in a perf-ready symfs."""
+    stage = out / "stage" / "rootfs"
+    symfs = out / "symfs"
+    artifacts: list[Artifact] = []
+    for name, rel in recipe.artifacts.items():
+        built = out / "out" / name
+        if not built.exists():
+            raise BuildError("package", [f"the build did not produce {name}"],
+                             "check [build] artifacts in the lab profile")
+        dest = stage / rel.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        bid = elf_build_id(built)
+        dut_path = str(Path(recipe.rootfs) / rel.lstrip("/"))
+        debug = symfs / "usr" / "lib" / "debug" / ".build-id" / bid[:2] / f"{bid[2:]}.debug"
+        debug.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["objcopy", "--only-keep-debug", str(built), str(debug)], check=True)
+        subprocess.run(["strip", "--strip-unneeded", "-o", str(dest), str(built)], check=True)
+        in_symfs = symfs / dut_path.lstrip("/")
+        in_symfs.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(dest, in_symfs)
+        artifacts.append(Artifact(name=name, path=dut_path, sha256=sha256_file(dest), build_id=bid))
+    image = out / "image.tar.gz"
+    with tarfile.open(image, "w:gz") as tar:
+        tar.add(stage, arcname="rootfs")
+    for extra in recipe.extra_outputs:
+        if (out / "out" / extra).exists():
+            shutil.copy2(out / "out" / extra, out / extra)
+    return BuildManifest(build_id=key, git_hash=git_hash, base=base,
+                         patches=[p.name for p in patch_files], artifacts=artifacts,
+                         image=str(image), symfs=str(symfs))

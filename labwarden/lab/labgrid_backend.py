@@ -1,0 +1,255 @@
+"""The labgrid backend: find a DUT's SSH endpoint in a labgrid env YAML, and drive its Strategy.
+
+A local env names the endpoint itself (`NetworkService` + `SSHDriver`); an env with a `RemotePlace`
+gets it from the coordinator once the place is acquired (`labgrid_place.PlaceLease`). Either way the
+result is an `SshTarget`. Reads the env file; changes nothing, except `transition`, which runs the
+target's Strategy (it may power-cycle or flash the board).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from labwarden.lab.target import SshTarget
+
+if TYPE_CHECKING:
+    from labgrid.config import Config
+
+    from labwarden.lab.labgrid_place import PlaceLease
+
+DEFAULT_COORDINATOR = "127.0.0.1:20408"
+"""labgrid's own default when neither the profile, the env YAML nor LG_COORDINATOR name one."""
+
+
+class LabgridConfig(BaseModel, extra="forbid"):
+    """The `labgrid` section of a lab profile."""
+
+    env: str = Field(description="path of the labgrid env YAML")
+    target: str = Field("main", description="target (role) in the env YAML")
+    coordinator: str | None = Field(
+        None, description="coordinator HOST:PORT; else the env's options.coordinator_address, "
+        "LG_COORDINATOR, or labgrid's default 127.0.0.1:20408")
+    host_key: str | None = Field(
+        None, description="the DUT's public host key ('ssh-ed25519 AAAA...') or a path to a .pub file: "
+        "NetworkService carries no host key, so it is pinned here")
+    strategy_state: str | None = Field(
+        None, description="Strategy state to transition to for flashing (flash by labgrid strategy)")
+
+
+class LabgridError(RuntimeError):
+    """A failure with what went wrong and what to do about it."""
+
+    def __init__(self, problem: str, remedy: str):
+        self.problem = problem
+        self.remedy = remedy
+        super().__init__(f"{problem}\n  remedy: {remedy}")
+
+
+class PlaceBusy(LabgridError):
+    """The place is acquired by someone else (`holder` is 'host/user' as the coordinator reports it)."""
+
+    def __init__(self, place: str, holder: str, *, ours: bool = False):
+        self.place = place
+        self.holder = holder
+        host, _, user = holder.partition("/")
+        if ours:
+            super().__init__(
+                f"place {place} is already acquired by {holder}, which is this identity: a session "
+                "that never released it (a crash?) or another labwarden running as the same user",
+                f"if no session uses it, run `LG_USERNAME={user} labgrid-client -p {place} release`")
+        else:
+            super().__init__(
+                f"place {place} is acquired by {holder} (user {user} on host {host})",
+                f"ask {user} to run `labgrid-client -p {place} release` on {host}, or wait until the "
+                "place is released and retry")
+
+
+@dataclass(frozen=True)
+class EnvTarget:
+    """One target of an env YAML, parsed but not instantiated (instantiating a RemotePlace would
+    open a process-global coordinator session; see labgrid_place)."""
+
+    path: str
+    role: str
+    config: Config
+    resources: dict[str, dict[str | None, dict[str, Any]]] = field(repr=False)
+    drivers: dict[str, dict[str | None, tuple[dict[str, Any], dict[str, Any]]]] = field(repr=False)
+
+    @property
+    def remote_place(self) -> str | None:
+        places = self.resources.get("RemotePlace", {})
+        if len(places) > 1:
+            raise LabgridError(f"{self.path}: targets.{self.role}.resources has {len(places)} RemotePlaces",
+                               "keep one RemotePlace per target (one target per DUT)")
+        # labgrid uses the resource's `name` as the place name
+        return next(iter(places), None) or None
+
+    def coordinator(self, cfg: LabgridConfig) -> str:
+        return (cfg.coordinator or self.config.get_option("coordinator_address", "")
+                or os.environ.get("LG_COORDINATOR") or DEFAULT_COORDINATOR)
+
+
+def load_env(cfg: LabgridConfig) -> EnvTarget:
+    """Parse the env YAML with labgrid's own loader (LG_* substitution, paths relative to the file)."""
+    from labgrid.config import Config
+    from labgrid.exceptions import InvalidConfigError, NoConfigFoundError
+    from labgrid.factory import target_factory
+
+    try:
+        config = Config(cfg.env)
+        targets = config.get_targets()
+        if not isinstance(targets, dict):
+            raise InvalidConfigError(f"'targets' in {cfg.env} must be a mapping")
+        role_config = targets.get(cfg.target)
+        if not isinstance(role_config, dict):
+            raise LabgridError(
+                f"{cfg.env}: no target '{cfg.target}' under `targets` "
+                f"(found: {', '.join(targets) or 'none'})",
+                "set `target:` in the profile's labgrid section to one of those, or add the target")
+        raw_resources, raw_drivers = target_factory.normalize_config(role_config)
+    except (NoConfigFoundError, InvalidConfigError, AttributeError, TypeError) as exc:
+        msg = getattr(exc, "msg", None) or str(exc)
+        raise LabgridError(f"labgrid env {cfg.env}: {msg}",
+                           "fix the env YAML (see labgrid's 'Environment Configuration' docs)") from exc
+    resources = {cls: {name: args[0] for name, args in named.items()} for cls, named in raw_resources.items()}
+    return EnvTarget(cfg.env, cfg.target, config, resources, raw_drivers)
+
+
+def _pick(named: dict[str | None, Any], wanted: str | None, what: str, key: str) -> Any:
+    """The one entry of `named`, or the one `wanted` names; the error names the YAML key."""
+    if wanted is not None:
+        if wanted not in named:
+            raise LabgridError(f"{key}: no {what} named '{wanted}' (found: {sorted(map(str, named))})",
+                               f"name an existing {what} in the binding, or rename the resource")
+        return named[wanted]
+    if len(named) > 1:
+        raise LabgridError(f"{key}: {len(named)} {what} resources ({sorted(map(str, named))}), which one?",
+                           f"bind SSHDriver to one: `bindings: {{networkservice: NAME}}` under {key}")
+    return next(iter(named.values()))
+
+
+def resolve_target(cfg: LabgridConfig, key_fallback: str | None = None, *,
+                   lease: PlaceLease | None = None) -> SshTarget:
+    """The SSH endpoint of `cfg.target`: address, port, username from its NetworkService (for a
+    RemotePlace: the one exported for the place `lease` holds), the key from SSHDriver `keyfile`."""
+    env = load_env(cfg)
+    base = f"{env.path}: targets.{env.role}"
+    ssh_drivers = env.drivers.get("SSHDriver", {})
+    ssh_args, bindings = (_pick(ssh_drivers, None, "SSHDriver", f"{base}.drivers")
+                          if ssh_drivers else ({}, {}))
+    wanted = bindings.get("networkservice") if isinstance(bindings, dict) else None
+    place = env.remote_place
+    if place is not None:
+        if lease is None or not lease.held or lease.place != place:
+            raise LabgridError(
+                f"{base}.resources.RemotePlace '{place}': the NetworkService comes from the coordinator "
+                "and is known only while the place is acquired",
+                "resolve inside `async with PlaceLease(cfg) as lease:` with lease=lease (or lease.target())")
+        exported = {name: args for name, (cls, args) in lease.exported.items() if cls == "NetworkService"}
+        ns_key = f"{base}.resources.RemotePlace '{place}' (its exported NetworkService)"
+        if not exported:
+            raise LabgridError(
+                f"{ns_key}: place {place} holds no NetworkService (acquired: {sorted(lease.exported)})",
+                "export a NetworkService and "
+                f"`labgrid-client -p {place} add-match EXPORTER/GROUP/NetworkService`")
+        ns = _pick(exported, wanted, "NetworkService", ns_key)
+    else:
+        ns_key = f"{base}.resources.NetworkService"
+        if "NetworkService" not in env.resources:
+            raise LabgridError(
+                f"{ns_key} is missing: the env names no SSH endpoint",
+                f"add `NetworkService: {{address: ..., port: 22, username: root}}` under {base}.resources "
+                "(or a RemotePlace whose place exports one)")
+        ns = _pick(env.resources["NetworkService"], wanted, "NetworkService", f"{base}.resources")
+    address = ns.get("address")
+    user = ssh_args.get("username") or ns.get("username")
+    if not address:
+        raise LabgridError(f"{ns_key}.address is missing", "set the DUT's address (e.g. 192.168.1.1)")
+    if not user:
+        raise LabgridError(f"{ns_key}.username is missing", "set `username: root` (or SSHDriver.username)")
+    key = _keyfile(env, ssh_args, key_fallback, f"{base}.drivers.SSHDriver.keyfile")
+    try:
+        return SshTarget(host=str(address).split("%", 1)[0], port=ns.get("port", 22), user=user, key=key,
+                         host_key=_host_key(cfg.host_key))
+    except ValidationError as exc:
+        raise LabgridError(f"{ns_key}: {exc.errors()[0]['msg']} ({exc.errors()[0]['loc']})",
+                           "fix the NetworkService fields (address: str, port: 1-65535)") from exc
+
+
+def _keyfile(env: EnvTarget, ssh_args: dict[str, Any], fallback: str | None, key: str) -> str:
+    if ssh_args.get("keyfile"):
+        # labgrid resolves a relative keyfile against the env file's directory; so do we
+        return str(env.config.resolve_path(ssh_args["keyfile"]))
+    if fallback:
+        return fallback
+    raise LabgridError(f"{key} is missing: no private key to log in with",
+                       f"set `keyfile:` on the SSHDriver in {env.path}, or give the profile a default key")
+
+
+def _host_key(value: str | None) -> str | None:
+    if value is None or value.startswith(("ssh-", "ecdsa-", "sk-")):
+        return value
+    path = Path(value).expanduser()
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise LabgridError(f"labgrid.host_key: cannot read {path}: {exc.strerror}",
+                           "give the key itself ('ssh-ed25519 AAAA...') or an existing .pub file") from exc
+
+
+# labgrid's RemotePlaceManager is a process-wide singleton holding one session: a Target with a
+# RemotePlace must be built by one thread at a time, with that thread's session installed.
+_REMOTE_TARGET_LOCK = threading.Lock()
+
+
+async def transition(cfg: LabgridConfig, state: str, *, lease: PlaceLease | None = None) -> None:
+    """Activate the target's Strategy and `transition(state)` (e.g. flash), in a labgrid thread:
+    the lease's thread for a RemotePlace (required then), else a thread of its own."""
+    if lease is not None:
+        await lease.run_with_session(lambda session: _transition_sync(cfg, state, session))
+        return
+    if load_env(cfg).remote_place is not None:
+        raise LabgridError(f"{cfg.env}: target {cfg.target} uses a RemotePlace: a transition needs the place",
+                           "call transition(cfg, state, lease=lease) inside `async with PlaceLease(cfg)`")
+    with ThreadPoolExecutor(1, thread_name_prefix=f"labgrid-{cfg.target}") as pool:
+        await asyncio.wrap_future(pool.submit(_transition_sync, cfg, state, None))
+
+
+def _transition_sync(cfg: LabgridConfig, state: str, session: Any | None) -> None:
+    from labgrid import Environment
+    from labgrid.exceptions import NoDriverFoundError
+    from labgrid.resource.remote import RemotePlaceManager
+
+    env = Environment(config_file=cfg.env)
+    with _REMOTE_TARGET_LOCK:
+        manager = RemotePlaceManager.get()
+        if session is not None:
+            # what labgrid-client does before building a target: install our session (and identity)
+            manager.session, manager.loop = session, session.loop
+        try:
+            target = env.get_target(cfg.target)
+            if target is None:
+                raise LabgridError(f"{cfg.env}: no target '{cfg.target}'", "set `target:` in the profile")
+            try:
+                try:
+                    strategy = target.get_driver("Strategy")
+                except NoDriverFoundError as exc:
+                    raise LabgridError(f"{cfg.env}: targets.{cfg.target}.drivers has no Strategy",
+                                       "add a Strategy driver, or flash another way") from exc
+                strategy.transition(state)
+            finally:
+                target.cleanup()
+        finally:
+            if session is not None:
+                # the session closes after this call: leave no stale session or resources behind
+                manager.session = manager.loop = None
+                manager.resources.clear()
+                manager.unmanaged_resources.clear()

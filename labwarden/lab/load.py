@@ -1,0 +1,82 @@
+"""The load side: a station simulator holding N clients (the vlab's stasim; CDRouter's role in
+seed 000). It runs on the load host, not on the DUT. One pid file per lab, so every door (the
+`associate` tool, `labwarden vlab associate`) drives the same generator and load never doubles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+
+class LoadError(RuntimeError):
+    def __init__(self, problem: str, remedy: str):
+        self.problem = problem
+        self.remedy = remedy
+        super().__init__(f"{problem} (remedy: {remedy})")
+
+
+class StasimLoad(BaseModel):
+    binary: Path
+    socket: str
+    pidfile: Path
+    log: Path
+
+    def _pid(self) -> int | None:
+        try:
+            pid = int(self.pidfile.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        try:
+            os.kill(pid, 0)
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return None
+        return None if state == "Z" else pid
+
+    def running(self) -> bool:
+        return self._pid() is not None
+
+    def stop(self, timeout: float = 15) -> None:
+        """SIGTERM: stasim disassociates its stations, then exits."""
+        pid = self._pid()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while self._pid() is not None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if self._pid() is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(FileNotFoundError):
+            self.pidfile.unlink()
+
+    def hold(self, stations: int) -> None:
+        """Replace whatever load runs by `stations` clients (0 = none)."""
+        if stations < 0:
+            raise LoadError(f"stations must be >= 0, got {stations}", "e.g. stations = 114")
+        if not self.binary.is_file():
+            raise LoadError(f"load generator not found: {self.binary}",
+                            "check [load] binary in the lab profile")
+        self.stop()
+        if stations == 0:
+            return
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as log:
+            proc = subprocess.Popen(
+                [str(self.binary), "--socket", self.socket, "-n", str(stations)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                env=os.environ.copy())
+        self.pidfile.parent.mkdir(parents=True, exist_ok=True)
+        self.pidfile.write_text(f"{proc.pid}\n")
+        time.sleep(0.05)
+        if proc.poll() is not None:
+            raise LoadError(f"stasim exited at once with status {proc.returncode}",
+                            f"see {self.log}")

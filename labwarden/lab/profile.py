@@ -1,0 +1,247 @@
+"""The lab profile: one TOML file describing a lab (DUT access, build, flash, load, target,
+gates, policy). Validated strictly: unknown keys are refused, and every error names the key,
+what was expected and an example, so a typo never silently changes what gets measured.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from labwarden.lab.builder import BuildRecipe
+from labwarden.lab.load import StasimLoad
+from labwarden.lab.target import SshTarget
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LabSection(_Strict):
+    name: str = Field(examples=["vlab", "ospv2-bench-3"])
+    kind: Literal["vlab", "real"] = Field("real", examples=["vlab"])
+    data_dir: str | None = Field(None, description="where records and artifacts are kept "
+                                 "(default: labwarden-data/ beside the profile)")
+
+
+class SshSection(_Strict):
+    host: str = Field(examples=["192.168.1.1"])
+    port: int = Field(22, ge=1, le=65535, examples=[22])
+    user: str = Field("root", examples=["root"])
+    key: str = Field(examples=["~/.ssh/id_ed25519"])
+    host_key: str | None = Field(None, examples=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA..."])
+    known_hosts: str | None = Field(None, examples=["~/.ssh/known_hosts"])
+
+    @model_validator(mode="after")
+    def _pinned(self) -> SshSection:
+        if not self.host_key and not self.known_hosts:
+            raise ValueError("the DUT's host key must be pinned: set host_key "
+                             "(e.g. host_key = \"ssh-ed25519 AAAA...\") or known_hosts")
+        return self
+
+    def target(self) -> SshTarget:
+        return SshTarget(host=self.host, port=self.port, user=self.user,
+                         key=str(Path(self.key).expanduser()), host_key=self.host_key,
+                         known_hosts=str(Path(self.known_hosts).expanduser())
+                         if self.known_hosts else None)
+
+
+class LabgridSection(_Strict):
+    env: str = Field(examples=["lab/env.yaml"])
+    target: str = Field("main", examples=["main"])
+    coordinator: str | None = Field(None, examples=["127.0.0.1:20408"])
+    host_key: str | None = Field(None, examples=["ssh-ed25519 AAAA..."])
+    strategy_state: str | None = Field(None, examples=["shell"])
+
+
+class DutPaths(_Strict):
+    """Absolute paths on the DUT (on a real OpenWrt: /etc/config, /sys, /overlay ...)."""
+
+    root: str | None = Field(None, description="vlab only: the DUT's state dir")
+    rootfs: str = Field("/", examples=["/"])
+    overlay: str = Field("/overlay/upper", examples=["/overlay/upper"])
+    config: str = Field("/etc/config", examples=["/etc/config"])
+    sysfs: str = Field("/sys", examples=["/sys"])
+    release: str = Field("/etc/openwrt_release", examples=["/etc/openwrt_release"])
+    tmp: str = Field("/tmp", examples=["/tmp"])
+    run: str = Field("/var/run", examples=["/var/run"])
+
+
+class DutSection(_Strict):
+    backend: Literal["ssh", "labgrid"] = Field(examples=["ssh"])
+    ssh: SshSection | None = None
+    labgrid: LabgridSection | None = None
+    paths: DutPaths = Field(default_factory=DutPaths)
+
+    @model_validator(mode="after")
+    def _backend_present(self) -> DutSection:
+        if getattr(self, self.backend) is None:
+            raise ValueError(f"backend = \"{self.backend}\" needs a [dut.{self.backend}] section")
+        return self
+
+
+class BuildSection(_Strict):
+    kind: Literal["vlab", "command"] = Field("command", examples=["vlab"])
+    repo: str = Field(description="git repository of the firmware sources", examples=["~/src/fw"])
+    builds: str = Field(description="where build outputs are kept", examples=["~/fw-builds"])
+    command: list[str] = Field(description="argv run in a clean worktree; {out} {git_hash} {jobs} "
+                               "are filled in", examples=[["make", "O={out}", "GIT_HASH={git_hash}"]])
+    artifacts: dict[str, str] = Field(description="build output (relative to {out}) -> path inside "
+                                      "the DUT rootfs", examples=[{"libsta.so": "usr/lib/libsta.so"}])
+    extra_outputs: list[str] = Field(default_factory=list, examples=[["stasim"]])
+    patches_dirs: list[str] = Field(default_factory=list, description="where patch ids are found",
+                                    examples=[["~/fw-patches"]])
+    baseline: str | None = Field(None, description="build id of the known-good image")
+
+    def recipe(self, rootfs: str) -> BuildRecipe:
+        return BuildRecipe(repo=Path(self.repo).expanduser(), builds=Path(self.builds).expanduser(),
+                           rootfs=rootfs, command=self.command, artifacts=self.artifacts,
+                           extra_outputs=self.extra_outputs,
+                           patches_dirs=[Path(d).expanduser() for d in self.patches_dirs])
+
+
+class FlashSection(_Strict):
+    method: Literal["sysupgrade", "labgrid"] = Field("sysupgrade", examples=["sysupgrade"])
+    command: list[str] = Field(default_factory=lambda: ["sysupgrade", "-n"],
+                               examples=[["sysupgrade", "-n"]])
+    timeout_s: float = Field(180, gt=0, examples=[180])
+
+
+class LoadSection(_Strict):
+    kind: Literal["stasim"] = Field(examples=["stasim"])
+    binary: str = Field(examples=["/opt/lab/stasim"])
+    socket: str = Field(description="the DUT daemon's RPC socket", examples=["/var/run/stad.sock"])
+    pidfile: str = Field(description="load generator pid file on the load host",
+                         examples=["/var/lib/labwarden/stasim.pid"])
+    log: str = Field(description="load generator log on the load host",
+                     examples=["/var/lib/labwarden/stasim.log"])
+    radios: int = Field(6, ge=1, le=64, examples=[6])
+
+    def generator(self) -> StasimLoad:
+        return StasimLoad(binary=Path(self.binary).expanduser(), socket=self.socket,
+                          pidfile=Path(self.pidfile).expanduser(), log=Path(self.log).expanduser())
+
+
+class TargetSection(_Strict):
+    process: str = Field(examples=["stad"])
+    library: str = Field(description="DUT path of the library holding the probed functions",
+                         examples=["/usr/lib/libsta.so"])
+    suspects: list[str] = Field(default_factory=list, examples=[["stamon"]])
+    uprobes: dict[str, str] = Field(default_factory=dict,
+                                    examples=[{"rpc_calls": "getStationStats"}])
+    rpc_client: str = Field("stacli", description="DUT command that queries the daemon's RPC")
+    pidfiles: dict[str, str] = Field(default_factory=dict, description="process name -> DUT pid "
+                                     "file; without one, the process is found by name",
+                                     examples=[{"stad": "/var/run/stad.pid"}])
+
+    def pidfile(self, name: str) -> str | None:
+        return self.pidfiles.get(name)
+
+
+class GatesSection(_Strict):
+    unknown_frames_pct_max: float = Field(1.0, ge=0, le=100, examples=[1.0])
+    rss_per_client_kb_max: float = Field(64.0, gt=0, examples=[64.0])
+
+
+HealKind = Literal["governor", "boost", "topology", "procmgr", "trace_zones"]
+
+
+class PolicySection(_Strict):
+    heal: list[HealKind] = Field(default_factory=list, examples=[["governor", "boost"]])
+
+
+class LabProfile(_Strict):
+    lab: LabSection
+    dut: DutSection
+    build: BuildSection
+    flash: FlashSection = Field(default_factory=FlashSection)
+    load: LoadSection
+    target: TargetSection
+    gates: GatesSection = Field(default_factory=GatesSection)
+    policy: PolicySection = Field(default_factory=PolicySection)
+
+    source: str | None = Field(None, exclude=True, description="file it was read from")
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> LabProfile:
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ProfileError(path, [f"no such file: {path}"],
+                               "create one with `labwarden vlab up` (writes .vlab/lab.toml) "
+                               "or copy examples/lab.toml") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ProfileError(path, [f"not valid TOML: {exc}"], "fix the syntax at that line") \
+                from None
+        return cls.from_dict(data, path)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], path: str | Path = "<profile>") -> LabProfile:
+        try:
+            prof = cls.model_validate(data)
+        except ValidationError as exc:
+            raise ProfileError(path, [_explain(err) for err in exc.errors()],
+                               "fix the keys above; `labwarden call lab_status --help` shows "
+                               "what a profile is used for") from None
+        prof.source = str(path)
+        return prof
+
+    def data_dir(self) -> Path:
+        if self.lab.data_dir:
+            return Path(self.lab.data_dir).expanduser()
+        base = Path(self.source).parent if self.source and self.source != "<profile>" else Path.cwd()
+        return base / "labwarden-data"
+
+    def ssh_target(self) -> SshTarget:
+        """The SSH endpoint for the ssh backend (the labgrid backend resolves its own)."""
+        if self.dut.ssh is None:
+            raise ProfileError(self.source or "<profile>", ["dut.ssh is not set"],
+                               "use the labgrid backend's resolver")
+        return self.dut.ssh.target()
+
+
+class ProfileError(ValueError):
+    def __init__(self, path: str | Path, problems: list[str], remedy: str):
+        self.path = str(path)
+        self.problems = problems
+        self.remedy = remedy
+        super().__init__(f"invalid lab profile {path}:\n  - " + "\n  - ".join(problems)
+                         + f"\n  remedy: {remedy}")
+
+
+def _example(loc: tuple[int | str, ...]) -> str | None:
+    """Walk the models along an error location to the field's documented example."""
+    model: Any = LabProfile
+    field = None
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if not isinstance(part, str) or not fields or part not in fields:
+            return None
+        field = fields[part]
+        ann = field.annotation
+        model = next((a for a in getattr(ann, "__args__", (ann,)) if hasattr(a, "model_fields")),
+                     None)
+    if field is None or not field.examples:
+        return None
+    import json
+
+    return f"{loc[-1]} = {json.dumps(field.examples[0])}"
+
+
+def _explain(err: Any) -> str:
+    loc = tuple(err["loc"])
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"{key}: unknown key (misspelt? it would be ignored, so it is refused)"
+    if kind == "missing":
+        ex = _example(loc)
+        return f"{key}: required key is missing" + (f" (e.g. {ex})" if ex else "")
+    got = err.get("input")
+    ex = _example(loc)
+    got_s = repr(got) if not isinstance(got, dict) else "a table"
+    return f"{key}: {err['msg']}, got {got_s}" + (f" (e.g. {ex})" if ex else "")

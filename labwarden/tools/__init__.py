@@ -1,0 +1,1 @@
+"""One module per tool: a docstring, Input/Output models, one `run`, and a SPEC for the registry."""

@@ -1,0 +1,74 @@
+"""associate: hold N clients on the DUT, split round-robin over its radios, verified against
+the DUT's datamodel. `stations: 0` disassociates everyone and verifies the cleanup.
+
+Mutates DUT state (its client table), reversibly. Topology stays constant: the split is even
+over the enabled radios, and an uneven split is reported, never hidden.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from pydantic import BaseModel, Field, model_validator
+
+from labwarden.lab import knobs
+from labwarden.lab.load import LoadError
+from labwarden.tools.context import LabContext
+from labwarden.tools.errors import ToolError
+from labwarden.tools.spec import ToolSpec, describe
+
+
+class AssociateInput(BaseModel):
+    stations: int | None = Field(None, ge=0, le=4096, description="total clients; 0 = none",
+                                 examples=[114])
+    per_radio: int | None = Field(None, ge=0, le=512, description="clients per radio instead "
+                                  "of a total (x the profile's radio count)", examples=[19])
+    timeout_s: float = Field(30, gt=0, le=600)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> AssociateInput:
+        if (self.stations is None) == (self.per_radio is None):
+            raise ValueError("give exactly one of stations or per_radio")
+        return self
+
+
+class AssociateOutput(BaseModel):
+    associated: int = Field(description="clients the load generator was asked to hold")
+    datamodel_count: int = Field(description="AssociatedDevice objects on the DUT")
+    per_radio: list[int] = Field(description="datamodel count per VAP, in VAP order")
+    even_split: bool = Field(description="max - min per radio <= 1 over all radios")
+    duration_s: float
+
+
+async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
+    prof = ctx.profile
+    n = inp.stations if inp.stations is not None else (inp.per_radio or 0) * prof.load.radios
+    t0 = time.monotonic()
+    await ctx.report(0, 2, f"holding {n} stations")
+    try:
+        await asyncio.to_thread(prof.load.generator().hold, n)
+    except LoadError as exc:
+        raise ToolError("device", exc.problem, exc.remedy) from exc
+    deadline = time.monotonic() + inp.timeout_s
+    counts: dict[str, int] = {}
+    while True:
+        counts = await knobs.datamodel_count(ctx.device, prof)
+        if counts.get("total") == n:
+            break
+        if time.monotonic() > deadline:
+            raise ToolError("device", f"the DUT's datamodel holds {counts.get('total')} clients, "
+                            f"expected {n} after {inp.timeout_s:g} s",
+                            f"see the load generator log {prof.load.log}; lab_status")
+        await asyncio.sleep(0.1)
+    per_radio = [v for k, v in sorted(counts.items(), key=lambda kv: kv[0]) if k != "total"]
+    per_radio = per_radio[: prof.load.radios] + [0] * (prof.load.radios - len(per_radio))
+    await ctx.report(2, 2, f"{n} stations verified in the datamodel")
+    return AssociateOutput(associated=n, datamodel_count=counts["total"], per_radio=per_radio,
+                           even_split=max(per_radio) - min(per_radio) <= 1,
+                           duration_s=round(time.monotonic() - t0, 2))
+
+
+SPEC = ToolSpec(name="associate", description=describe(__doc__),
+                input=AssociateInput, output=AssociateOutput, run=run, effect="mutates_dut",
+                requires=frozenset({"lease"}), idempotent=True)

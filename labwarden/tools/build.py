@@ -1,0 +1,69 @@
+"""build: compile the firmware at a ref with patches, in a clean worktree, content-addressed.
+
+Changes nothing on the DUT. The same (ref, patches) is a cache hit. Deploy files are stripped;
+debug info goes to a perf-ready symfs. A patch that does not apply or code that does not compile
+fails with the failing lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from labwarden.lab import builder
+from labwarden.tools.context import LabContext
+from labwarden.tools.spec import ToolSpec, describe
+
+
+class BuildInput(BaseModel):
+    patches: list[str] = Field(default_factory=list, description="patch ids (e.g. '0901') or "
+                               ".patch paths, applied in order", examples=[["0901", "0902"]])
+    ref: str = Field("HEAD", description="git ref of the firmware repo to build", examples=["HEAD"])
+
+
+class BuildOutput(BaseModel):
+    build_id: str
+    git_hash: str = Field(description="commit built; embedded in the binaries")
+    artifacts: list[builder.Artifact]
+    image: str = Field(description="image file to flash")
+    symfs: str = Field(description="host symfs for perf script")
+    cached: bool
+    log_tail: list[str] = Field(description="last lines of the build log")
+
+
+async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:
+    recipe = ctx.profile.build.recipe(ctx.profile.dut.paths.rootfs)
+    loop = asyncio.get_running_loop()
+    steps: list[str] = []
+
+    def progress(msg: str) -> None:  # called from the worker thread
+        steps.append(msg)
+        asyncio.run_coroutine_threadsafe(ctx.report(len(steps), 5, msg), loop)
+
+    manifest, cached = await asyncio.to_thread(builder.build, recipe, inp.patches, inp.ref,
+                                               progress)
+    log = Path(manifest.image).parent / "build.log"
+    tail = log.read_text().splitlines()[-5:] if log.exists() else []
+    return BuildOutput(build_id=manifest.build_id, git_hash=manifest.git_hash,
+                       artifacts=manifest.artifacts, image=manifest.image, symfs=manifest.symfs,
+                       cached=cached, log_tail=tail)
+
+
+def load_manifest(ctx: LabContext, build_id: str) -> builder.BuildManifest:
+    """The manifest of an earlier build, or a clear error naming what exists."""
+    from labwarden.tools.errors import ToolError
+
+    builds = Path(ctx.profile.build.builds).expanduser()
+    path = builds / build_id / "manifest.json"
+    if not build_id.isalnum() or not path.is_file():
+        known = sorted(p.parent.name for p in builds.glob("*/manifest.json"))[:10]
+        raise ToolError("invalid_input", f"build_id: no build {build_id!r}",
+                        f"run `build` first; known builds: {', '.join(known) or 'none'}")
+    return builder.BuildManifest.model_validate_json(path.read_text())
+
+
+SPEC = ToolSpec(name="build", description=describe(__doc__),
+                input=BuildInput, output=BuildOutput, run=run, effect="host_only",
+                idempotent=True, budget_class="build")

@@ -1,0 +1,73 @@
+"""lab_status: what the lab is right now -- reachable, what runs (fingerprint), board health,
+governor/boost, topology, process manager, associated clients.
+
+Read-only and cheap (a dozen round trips on the persistent channel): call it first, and
+whenever a result looks surprising.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel, Field
+
+from labwarden.lab import dutproc, knobs
+from labwarden.lab.labstate import BoardHealth
+from labwarden.tools.context import LabContext
+from labwarden.tools.spec import ToolSpec, describe
+
+
+class LabStatusInput(BaseModel):
+    pass
+
+
+class LabStatusOutput(BaseModel):
+    reachable: bool
+    rtt_ms: float | None = Field(None, description="one round trip on the command channel")
+    target_process: str
+    target_pid: int | None
+    running_version: str | None = Field(None, description="`--version` of the running image")
+    board_health: BoardHealth
+    health_reason: str | None
+    flashed_build: str | None
+    fingerprint_verified: bool = Field(description="verified since the last flash")
+    knobs: list[knobs.KnobState]
+    topology: knobs.Topology | None
+    associated: dict[str, int] | None = Field(None, description="datamodel count per VAP")
+    problems: list[str] = Field(description="everything not ready for measurement")
+
+
+async def run(ctx: LabContext, inp: LabStatusInput) -> LabStatusOutput:
+    prof, dev = ctx.profile, ctx.device
+    state = ctx.state
+    t0 = time.perf_counter()
+    await dev.run(["true"], timeout=10)
+    rtt = round((time.perf_counter() - t0) * 1000, 3)
+    proc = await dutproc.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
+    version = None
+    if proc is not None:
+        version = (await dev.run([f"/proc/{proc.pid}/exe", "--version"], timeout=10)).stdout.strip()
+    topo = await knobs.topology(dev, prof)
+    states = [await knobs.governor(dev, prof), await knobs.boost(dev, prof),
+              knobs.judge_topology(topo, prof), await knobs.procmgr(dev, prof)]
+    associated = None
+    if proc is not None:
+        associated = await knobs.datamodel_count(dev, prof)
+    problems = [f"{k.name}: {k.value} -- {k.advice}" for k in states if not k.ok]
+    if proc is None:
+        problems.insert(0, f"{prof.target.process} is not running")
+    if state.board_health != "good":
+        problems.insert(0, f"board is {state.board_health}: {state.health_reason}")
+    if not state.fingerprint_ok():
+        problems.append("fingerprint not verified since the last flash: run fingerprint_verify")
+    return LabStatusOutput(
+        reachable=True, rtt_ms=rtt, target_process=prof.target.process,
+        target_pid=proc.pid if proc else None, running_version=version,
+        board_health=state.board_health, health_reason=state.health_reason,
+        flashed_build=state.flashed_build, fingerprint_verified=state.fingerprint_ok(),
+        knobs=states, topology=topo, associated=associated, problems=problems)
+
+
+SPEC = ToolSpec(name="lab_status", description=describe(__doc__),
+                input=LabStatusInput, output=LabStatusOutput, run=run, effect="read_only",
+                idempotent=True)

@@ -1,0 +1,33 @@
+"""The record of one tool call: inputs, outputs, duration, error. Defined once, here; the
+transcript stores it, the CLI prints it, the MCP server returns its result."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+ErrorKind = Literal["invalid_input", "refused", "device", "build", "timeout", "tool", "internal"]
+"""Closed set of failure kinds (inspect_ai's habit): callers branch on this, never on text."""
+
+
+class ToolFailure(BaseModel):
+    kind: ErrorKind
+    message: str = Field(description="what went wrong, naming the field or file")
+    remedy: str | None = Field(None, description="what to do about it")
+    lines: list[str] = Field(default_factory=list, description="failing lines (build, patch)")
+
+
+class ToolCallRecord(BaseModel):
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
+    tool: str
+    args: dict[str, Any] = Field(description="validated input, as the tool saw it")
+    started_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    duration_s: float = 0.0
+    ok: bool = False
+    result: dict[str, Any] | None = Field(None, description="the tool's output model, dumped")
+    error: ToolFailure | None = None
+    artifacts: list[str] = Field(default_factory=list, description="ids/paths for drill-down")
+    progress: list[str] = Field(default_factory=list, description="progress messages, in order")
