@@ -173,6 +173,15 @@ async def test_timeout_closes_channel_and_next_call_uses_a_fresh_one(dev: Device
             await anyio.sleep(0.05)
 
 
+async def test_cancelled_request_does_not_leak_into_the_next(dev: Device) -> None:
+    with anyio.move_on_after(0.3):
+        await dev.run(["sh", "-c", "echo early; sleep 4545; echo late"])
+    assert (await dev.run(["echo", "next"])).stdout == "next\n"
+    with anyio.fail_after(5):
+        while _pids_running(["sleep", "4545"]):
+            await anyio.sleep(0.05)
+
+
 async def test_exec_timeout(dev: Device) -> None:
     with pytest.raises(CommandTimeout):
         await dev.exec(["sleep", "4343"], timeout=0.3)

@@ -39,3 +39,9 @@ def test_readme_has_exactly_the_two_setup_commands() -> None:
     assert block is not None
     commands = [ln.split("#")[0].strip() for ln in block.group(1).splitlines() if ln.strip()]
     assert commands == ["make demo", "make test"]
+
+
+def test_tool_table_is_generated_from_the_registry() -> None:
+    from labwarden import docgen
+
+    assert docgen.render(README) == README, "stale: run `python -m labwarden.docgen`"

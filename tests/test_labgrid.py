@@ -183,3 +183,33 @@ async def test_transition_runs_the_strategy(lab: LabgridLab, vlab: VlabLayout, t
                    f"    drivers:\n      MarkerStrategy: {{marker: '{marker}'}}\n")
     await transition(LabgridConfig(env=local), "off")
     assert marker.read_text() == "off h:2"
+
+
+async def test_tools_through_a_labgrid_place(lab: LabgridLab, vlab: VlabLayout,
+                                             tmp_path: Path) -> None:
+    """lab_status and fingerprint_verify run through an acquired place; a second user is refused
+    with the holder named; the place is released when the session ends."""
+    import tomllib
+
+    from labwarden.lab.profile import LabProfile
+    from labwarden.tools.context import open_lab
+    from labwarden.tools.runner import call_tool
+
+    cfg = _remote_env(tmp_path, lab, vlab)
+    data = tomllib.loads(vlab.lab_toml.read_text())
+    data["dut"].pop("ssh")
+    data["dut"]["backend"] = "labgrid"
+    data["dut"]["labgrid"] = {"env": cfg.env, "coordinator": cfg.coordinator,
+                              "host_key": cfg.host_key}
+    profile = LabProfile.from_dict(data)
+    async with open_lab(profile, user="alice") as ctx:
+        assert lab.acquired_by() is not None and "alice" in (lab.acquired_by() or "")
+        status = await call_tool(ctx, "lab_status", {})
+        assert status.ok and status.result and status.result["target_pid"]
+        verify = await call_tool(ctx, "fingerprint_verify", {"build_id": profile.build.baseline})
+        assert verify.ok and verify.result is not None and verify.result["verified"] is True
+        with pytest.raises(PlaceBusy, match="alice") as busy:
+            async with open_lab(profile, user="bob"):
+                pass
+        assert "release" in busy.value.remedy
+    assert lab.acquired_by() is None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -75,13 +76,17 @@ def git(repo: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
+_PATCH_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
 def resolve_patch(ref: str, patches_dirs: list[Path]) -> Path:
     """A patch id ('0901') names a patch file `0901-*.patch` in one of `patches_dirs`;
     anything else must be an existing .patch file."""
-    for d in patches_dirs:
-        found = sorted(d.glob(f"{ref}-*.patch")) + sorted(d.glob(f"{ref}.patch"))
-        if found:
-            return found[0]
+    if _PATCH_ID.fullmatch(ref):
+        for d in patches_dirs:
+            found = sorted(d.glob(f"{ref}-*.patch")) + sorted(d.glob(f"{ref}.patch"))
+            if found:
+                return found[0]
     path = Path(ref)
     if path.suffix in (".patch", ".diff") and path.is_file():
         return path.resolve()

@@ -289,6 +289,9 @@ class Device:
             except (ChannelBroken, asyncssh.Error, OSError) as exc:
                 self._drop_channel()
                 raise self._lost(argv, exc) from exc
+            except asyncio.CancelledError:  # a half-read reply must not leak into the next request
+                self._drop_channel()
+                raise
         result = _result(argv, status, out, err, t0)
         if check and status != 0:
             raise CommandFailed(f"`{_describe(argv)}` exited {status} on {self.addr}: "
@@ -318,6 +321,10 @@ class Device:
             if proc is not None:
                 proc.close()
             raise self._lost(argv, exc) from exc
+        except asyncio.CancelledError:
+            if proc is not None:
+                proc.close()
+            raise
         if proc.exit_status is not None:
             status = proc.exit_status
         elif proc.exit_signal is not None:

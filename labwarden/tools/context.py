@@ -53,13 +53,14 @@ async def open_lab(profile: LabProfile, progress: ProgressFn = _no_progress,
 
     async with contextlib.AsyncExitStack() as stack:
         if profile.dut.backend == "labgrid":
-            from labwarden.lab import labgrid_backend
+            # imported here: labgrid's client pulls in gRPC, which the ssh backend never needs
+            from labwarden.lab.labgrid_backend import LabgridConfig
+            from labwarden.lab.labgrid_place import PlaceLease
 
             assert profile.dut.labgrid is not None
-            cfg = labgrid_backend.LabgridConfig(**profile.dut.labgrid.model_dump())
-            lease = labgrid_backend.PlaceLease(cfg, user=user)
-            await stack.enter_async_context(lease)
-            target = labgrid_backend.resolve_target(cfg)
+            lease = PlaceLease(LabgridConfig(**profile.dut.labgrid.model_dump()), user=user)
+            await stack.enter_async_context(lease)  # acquired for the session, released after
+            target = lease.target()
         else:
             target = profile.ssh_target()
         device = Device(target)

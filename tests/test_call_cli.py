@@ -1,0 +1,84 @@
+"""`labwarden call` through typer's runner, in-process, against the vlab: results, exit codes,
+and the clear errors of a bad profile, an unreachable DUT, a wrong host key, an unknown patch."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from pathlib import Path
+
+import asyncssh
+from typer.testing import CliRunner
+
+from labwarden.cli import app
+from labwarden.vlab.layout import VlabLayout
+
+runner = CliRunner()
+
+
+def _call(lab: Path, tool: str, args: str = "{}", *extra: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, ["call", tool, args, "--lab", str(lab), *extra])
+
+
+def _edited(vlab: VlabLayout, tmp_path: Path, pattern: str, repl: str) -> Path:
+    text = re.sub(pattern, repl, vlab.lab_toml.read_text(), count=1, flags=re.M)
+    out = tmp_path / "lab.toml"
+    out.write_text(text)
+    return out
+
+
+def test_lab_status_json_record(vlab: VlabLayout) -> None:
+    res = _call(vlab.lab_toml, "lab_status", "{}", "--json")
+    assert res.exit_code == 0, res.output
+    record = json.loads(res.stdout)
+    assert record["ok"] and record["tool"] == "lab_status" and record["duration_s"] > 0
+    assert record["result"]["target_process"] == "stad"
+
+
+def test_help_shows_the_schema() -> None:
+    res = runner.invoke(app, ["call", "associate", "--help"])
+    assert res.exit_code == 0
+    assert "per_radio" in res.stdout and "stations" in res.stdout and "mutates_dut" in res.stdout
+
+
+def test_unknown_patch_is_a_clear_failure(vlab: VlabLayout) -> None:
+    res = _call(vlab.lab_toml, "build", '{"patches": ["0999"]}')
+    assert res.exit_code == 1
+    assert "unknown patch '0999'" in res.output and "remedy" in res.output and "0901" in res.output
+
+
+def test_arguments_must_be_a_json_object(vlab: VlabLayout) -> None:
+    assert _call(vlab.lab_toml, "associate", "stations=18").exit_code == 2
+    res = _call(vlab.lab_toml, "associate", "[18]")
+    assert res.exit_code == 2 and "JSON object" in res.output
+    res = _call(vlab.lab_toml, "associate", '{"stations": "many"}')
+    assert res.exit_code == 2 and "stations" in res.output
+
+
+def test_bad_profile_names_the_key(vlab: VlabLayout, tmp_path: Path) -> None:
+    bad = _edited(vlab, tmp_path, r"^port = \d+", 'port = "twenty-two"')
+    res = _call(bad, "lab_status")
+    assert res.exit_code == 2
+    assert "dut.ssh.port" in res.output and "e.g. port = 22" in res.output
+    typo = _edited(vlab, tmp_path, r"^radios = ", "radioz = ")
+    res = _call(typo, "lab_status")
+    assert res.exit_code == 2 and "load.radioz: unknown key" in res.output
+    assert _call(tmp_path / "missing.toml", "lab_status").exit_code == 2
+
+
+def test_unreachable_dut_gives_the_remedy(vlab: VlabLayout, tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # closed when the block ends: nothing listens there
+    res = _call(_edited(vlab, tmp_path, r"^port = \d+", f"port = {dead}"), "lab_status")
+    assert res.exit_code == 1
+    assert f"127.0.0.1:{dead}" in res.output and "remedy" in res.output
+
+
+def test_wrong_host_key_is_refused(vlab: VlabLayout, tmp_path: Path) -> None:
+    impostor = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    res = _call(_edited(vlab, tmp_path, r"^host_key = .*$", f'host_key = "{impostor}"'),
+                "lab_status")
+    assert res.exit_code == 1
+    assert "host key" in res.output.lower() and "remedy" in res.output
