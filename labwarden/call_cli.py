@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from labwarden.lab.profile import LabProfile, ProfileError
 from labwarden.tools import registry
@@ -56,11 +57,11 @@ def _render(record: ToolCallRecord, as_json: bool) -> None:
     elif record.ok:
         out.print_json(json.dumps(record.result))
     if not record.ok and record.error is not None:
-        err.print(f"[red]{record.tool} failed ({record.error.kind}):[/red] {record.error.message}")
+        err.print(f"[red]{record.tool} failed ({record.error.kind}):[/red] {escape(record.error.message)}")
         for line in record.error.lines:
             err.print(f"  {line}", markup=False, highlight=False)
         if record.error.remedy:
-            err.print(f"[yellow]remedy:[/yellow] {record.error.remedy}")
+            err.print(f"[yellow]remedy:[/yellow] {escape(record.error.remedy)}")
 
 
 async def _call(profile: LabProfile, name: str, args: dict[str, Any]) -> ToolCallRecord:
@@ -95,8 +96,8 @@ def _make(spec: ToolSpec):  # type: ignore[no-untyped-def]
         try:
             record = asyncio.run(_call(profile, spec.name, parsed))
         except DeviceError as exc:
-            err.print(f"[red]error:[/red] {exc.problem}")
-            err.print(f"[yellow]remedy:[/yellow] {exc.remedy}")
+            err.print(f"[red]error:[/red] {escape(exc.problem)}")
+            err.print(f"[yellow]remedy:[/yellow] {escape(exc.remedy)}")
             raise typer.Exit(1) from None
         _render(record, as_json)
         if not record.ok:

@@ -9,10 +9,12 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from labwarden import __version__, doctor
 from labwarden.call_cli import call_app
+from labwarden.transcripts.cli import transcripts_app
 from labwarden.vlab import control, curve
 
 app = typer.Typer(help="labwarden: run a performance lab through guarded, audited tools.",
@@ -21,6 +23,7 @@ vlab_app = typer.Typer(help="The virtual lab: a DUT of real processes, perf and 
                        no_args_is_help=True)
 app.add_typer(vlab_app, name="vlab")
 app.add_typer(call_app, name="call")
+app.add_typer(transcripts_app, name="transcripts")
 console = Console(stderr=True)
 out = Console()
 
@@ -29,8 +32,8 @@ DirOpt = Annotated[Path, typer.Option("--dir", help="vlab state directory")]
 
 
 def _fail(exc: control.VlabError) -> None:
-    console.print(f"[red]error:[/red] {exc.problem}")
-    console.print(f"[yellow]remedy:[/yellow] {exc.remedy}")
+    console.print(f"[red]error:[/red] {escape(exc.problem)}")
+    console.print(f"[yellow]remedy:[/yellow] {escape(exc.remedy)}")
     raise typer.Exit(1)
 
 
@@ -75,7 +78,7 @@ def vlab_up(
         _fail(exc)
         return
     for note in info.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(f"[yellow]note:[/yellow] {escape(note)}")
     table = Table("what", "where", show_header=False)
     table.add_row("state dir", info.root)
     table.add_row("ssh", f"{info.ssh} (user root, key {info.client_key})")

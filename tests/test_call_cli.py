@@ -73,7 +73,7 @@ def test_unreachable_dut_gives_the_remedy(vlab: VlabLayout, tmp_path: Path) -> N
         dead = s.getsockname()[1]  # closed when the block ends: nothing listens there
     res = _call(_edited(vlab, tmp_path, r"^port = \d+", f"port = {dead}"), "lab_status")
     assert res.exit_code == 1
-    assert f"127.0.0.1:{dead}" in res.output and "remedy" in res.output
+    assert f"127.0.0.1:{dead}" in res.output and "[dut.ssh]" in res.output
 
 
 def test_wrong_host_key_is_refused(vlab: VlabLayout, tmp_path: Path) -> None:

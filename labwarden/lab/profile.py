@@ -68,6 +68,7 @@ class DutPaths(_Strict):
     release: str = Field("/etc/openwrt_release", examples=["/etc/openwrt_release"])
     tmp: str = Field("/tmp", examples=["/tmp"])
     run: str = Field("/var/run", examples=["/var/run"])
+    tracefs: str = Field("/sys/kernel/tracing", examples=["/sys/kernel/tracing"])
 
 
 class DutSection(_Strict):
@@ -133,6 +134,7 @@ class TargetSection(_Strict):
     uprobes: dict[str, str] = Field(default_factory=dict,
                                     examples=[{"rpc_calls": "getStationStats"}])
     rpc_client: str = Field("stacli", description="DUT command that queries the daemon's RPC")
+    perf: str = Field("perf", description="perf on the DUT", examples=["/usr/bin/perf"])
     pidfiles: dict[str, str] = Field(default_factory=dict, description="process name -> DUT pid "
                                      "file; without one, the process is found by name",
                                      examples=[{"stad": "/var/run/stad.pid"}])

@@ -65,6 +65,7 @@ async def run(ctx: LabContext, inp: FlashInput) -> FlashOutput:
         raise ToolError("device", f"the DUT did not come back after flashing {manifest.build_id}",
                         "the board is now `unknown`: check its console/power, then lab_status") \
             from exc
+    await dev.run(["rm", "-f", remote])  # a real DUT's /tmp is RAM: do not leave it filling up
     left = await dev.run(["find", prof.dut.paths.overlay, "-mindepth", "1", "-type", "f"])
     overlay_wiped = left.exit_status == 0 and not left.stdout.strip()
     state.board_health = "good"

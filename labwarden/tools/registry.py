@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
-from labwarden.tools import associate, build, fingerprint, flash, lab_status
+from labwarden.tools import (
+    associate,
+    attribute,
+    build,
+    compare,
+    fingerprint,
+    flash,
+    gate_check,
+    lab_status,
+    profile,
+    sweep,
+)
 from labwarden.tools.spec import ToolSpec
 
-TOOLS: dict[str, ToolSpec] = {
-    spec.name: spec
-    for spec in (build.SPEC, flash.SPEC, fingerprint.SPEC, associate.SPEC, lab_status.SPEC)
-}
+_SPECS = [
+    lab_status.SPEC,
+    build.SPEC,
+    flash.SPEC,
+    fingerprint.SPEC,
+    associate.SPEC,
+    profile.SPEC,
+    sweep.SPEC,
+    compare.SPEC,
+    gate_check.SPEC,
+    attribute.SPEC,
+]
+
+TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in _SPECS}
 
 
 def get(name: str) -> ToolSpec:

@@ -1,0 +1,46 @@
+"""Measurement records: a window (one rep) and a profile (reps of windows at one density).
+
+Stored by lab/records.py under kind "prof"; raw data (perf.data, kallsyms) are artifacts in
+`artifacts/<profile id>/`. A sweep (kind "swp") is a list of profiles, one per density.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from labwarden.lab.conditions import Conditions
+
+
+class Window(BaseModel):
+    rep: int
+    started_at: datetime
+    duration_s: float
+    cpu_pct: float = Field(description="target CPU, % of one core, over the window")
+    cpu_series: list[float] = Field(description="1 Hz CPU% samples")
+    rss_kb: int
+    io_read_bytes: int = 0
+    io_write_bytes: int = 0
+    counters: dict[str, float] = Field(default_factory=dict, description="uprobe hits per second")
+    datamodel_start: int = Field(description="clients in the datamodel when the window started")
+    datamodel_end: int = Field(description="... and when it ended (clients held?)")
+    restarted: bool = Field(False, description="the target restarted during the window")
+    perf_data: str | None = Field(None, description="artifact path of perf.data (if recorded)")
+    perf_bytes: int | None = None
+    conditions: Conditions
+
+
+class ProfileRecord(BaseModel):
+    id: str
+    stations: int
+    window_s: float
+    kind: str = Field("loaded", description="loaded | idle")
+    build_id: str | None = Field(description="verified build running (symfs source)")
+    target_pid: int
+    windows: list[Window]
+    kallsyms: str | None = Field(None, description="artifact path of the DUT's /proc/kallsyms")
+    uprobes: dict[str, str] = Field(default_factory=dict, description="counter -> function")
+
+    def cpu_values(self) -> list[float]:
+        return [w.cpu_pct for w in self.windows]

@@ -1,0 +1,113 @@
+"""gate_check: the six acceptance gates of seed 000 on a sweep, each with its evidence --
+CPU monotonic over densities; unknown-frame % within budget; associated count equals the
+datamodel count; governor and CLK_TCK verified in every window; RSS bounded (per-client growth
+under the profile's limit); functional parity (clients held through the windows, disassociation
+cleans up).
+
+Reads records (and symbolizes the densest point's perf.data when it is not yet symbolized).
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from labwarden.lab.measure import ProfileRecord
+from labwarden.lab.records import RecordStore
+from labwarden.tools.context import LabContext
+from labwarden.tools.spec import ToolSpec, describe
+from labwarden.tools.sweep import SweepRecord
+
+GateName = Literal["cpu_monotonic", "unknown_frames", "assoc_matches_datamodel",
+                   "conditions_verified", "rss_bounded", "functional_parity"]
+
+
+class GateInput(BaseModel):
+    sweep_id: str = Field(examples=["swp-1a2b3c4d5e6f"])
+
+
+class Gate(BaseModel):
+    name: GateName
+    passed: bool
+    evidence: str = Field(description="the numbers the verdict rests on")
+
+
+class GateOutput(BaseModel):
+    sweep_id: str
+    passed: bool
+    failed: list[GateName]
+    gates: list[Gate]
+
+
+async def _unknown_pct(ctx: LabContext, rec: SweepRecord, store: RecordStore) -> tuple[float | None, str]:
+    densest = store.load("prof", rec.points[-1].profile_id, ProfileRecord)
+    if not any(w.perf_data for w in densest.windows):
+        return None, f"no perf.data at {densest.stations} clients (sweep ran with perf: false)"
+    from labwarden.tools import registry
+
+    spec = registry.get("symbolize")
+    out = await spec.run(ctx, spec.input.model_validate({"profile_id": densest.id}))
+    return float(out.unknown_pct), f"{out.unknown_pct:.3f}% unknown frames at {densest.stations} clients"  # type: ignore[attr-defined]
+
+
+async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
+    store = RecordStore(ctx.data_dir)
+    rec = store.load("swp", inp.sweep_id, SweepRecord)
+    profiles = [store.load("prof", p.profile_id, ProfileRecord) for p in rec.points]
+    gates: list[Gate] = []
+
+    curve = [(p.stations, p.cpu_mean) for p in rec.points]
+    mono = len(curve) > 1 and all(b[1] > a[1] for a, b in pairwise(curve))
+    gates.append(Gate(name="cpu_monotonic", passed=mono,
+                      evidence=" < ".join(f"{c:.2f}%@{n}" for n, c in curve)
+                      + ("" if len(curve) > 1 else " (one point: nothing to order)")))
+
+    try:
+        pct, evidence = await _unknown_pct(ctx, rec, store)
+    except Exception as exc:  # a gate that cannot be evaluated fails, with the reason as evidence
+        pct, evidence = None, f"symbolize failed: {exc}"
+    budget = ctx.profile.gates.unknown_frames_pct_max
+    gates.append(Gate(name="unknown_frames", passed=pct is not None and pct <= budget,
+                      evidence=f"{evidence}; budget {budget:g}%"))
+
+    bad = [f"{p.stations}: radios {p.per_radio}, windows "
+           f"{[(w.datamodel_start, w.datamodel_end) for w in prof.windows]}"
+           for p, prof in zip(rec.points, profiles, strict=True)
+           if sum(p.per_radio) != p.stations
+           or any(w.datamodel_start != p.stations for w in prof.windows)]
+    gates.append(Gate(name="assoc_matches_datamodel", passed=not bad,
+                      evidence="; ".join(bad) or "datamodel count == associated clients at every point"))
+
+    windows = [w for prof in profiles for w in prof.windows]
+    unpinned = [f"{prof.stations}/rep{w.rep}: governors {w.conditions.governors}, boost "
+                f"{w.conditions.boost}, CLK_TCK {w.conditions.clk_tck}, verified "
+                f"{w.conditions.fingerprint_verified}"
+                for prof in profiles for w in prof.windows
+                if not (w.conditions.pinned() and w.conditions.clk_tck > 0
+                        and w.conditions.fingerprint_verified)]
+    gates.append(Gate(name="conditions_verified", passed=not unpinned and bool(windows),
+                      evidence="; ".join(unpinned[:3]) or f"{len(windows)} windows: governor "
+                      f"performance, boost off, CLK_TCK {windows[0].conditions.clk_tck if windows else '?'}, "
+                      "fingerprint verified"))
+
+    limit = ctx.profile.gates.rss_per_client_kb_max
+    lo, hi = rec.points[0], rec.points[-1]
+    span = hi.stations - lo.stations
+    per_client = (hi.rss_kb - lo.rss_kb) / span if span else 0.0
+    gates.append(Gate(name="rss_bounded", passed=per_client <= limit,
+                      evidence=f"RSS {lo.rss_kb} kB@{lo.stations} -> {hi.rss_kb} kB@{hi.stations}: "
+                      f"{per_client:.2f} kB/client (limit {limit:g})"))
+
+    dropped = [p.stations for p in rec.points if not p.clients_held]
+    held = f"clients lost at {dropped}; " if dropped else "clients held in every window; "
+    gates.append(Gate(name="functional_parity", passed=not dropped and rec.cleanup_count == 0,
+                      evidence=held + f"{rec.cleanup_count} left after disassociation"))
+
+    failed = [g.name for g in gates if not g.passed]
+    return GateOutput(sweep_id=rec.id, passed=not failed, failed=failed, gates=gates)
+
+
+SPEC = ToolSpec(name="gate_check", description=describe(__doc__), input=GateInput,
+                output=GateOutput, run=run, effect="host_only", idempotent=True)

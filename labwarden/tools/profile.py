@@ -1,0 +1,220 @@
+"""profile: measure the target at N clients -- per rep, a perf record, a 1 Hz sampler (CPU from
+utime+stime over the DUT's CLK_TCK, RSS, IO) and uprobe counters (RPC calls/s, datamodel
+write-txns/s), all running on the DUT at once; every window stores its conditions.
+
+Profiles say where; counters say how often and how much. Raw data (perf.data, kallsyms) stays
+in artifacts; the result is a summary with the profile id for `symbolize`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import statistics
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from labwarden.lab import dutprobes, dutproc, knobs, sampler, uprobes
+from labwarden.lab.conditions import snapshot
+from labwarden.lab.measure import ProfileRecord, Window
+from labwarden.lab.records import RecordStore
+from labwarden.tools import associate
+from labwarden.tools.context import LabContext
+from labwarden.tools.errors import ToolError
+from labwarden.tools.spec import ToolSpec, describe
+
+PERF_RECORD = ["record", "-N", "-z", "-e", "cpu-clock", "-F", "999", "--call-graph", "dwarf,32768"]
+"""FACTS: -z is ~46x smaller; never -B (a mismatched symfs would be accepted silently)."""
+
+
+class ProfileInput(BaseModel):
+    stations: int = Field(ge=0, le=4096, description="clients held during the windows", examples=[114])
+    window_s: float = Field(10, ge=2, le=300, description="seconds per window", examples=[10])
+    reps: int = Field(3, ge=1, le=10, description="windows (repetitions)")
+    perf: bool = Field(True, description="perf record the target (symbolize needs it)")
+    perf_reps: int | None = Field(None, ge=0, le=10, description="record perf in the first N reps only "
+                                  "(default: all)")
+    uprobes: bool = Field(True, description="count the profile's uprobe functions")
+    settle_s: float = Field(2.0, ge=0, le=60, description="wait after associating (first syncs)")
+
+
+class CpuSummary(BaseModel):
+    mean: float = Field(description="mean of the reps' window CPU%, % of one core")
+    stdev: float
+    samples: int = Field(description="1 Hz samples behind it")
+    per_rep: list[float]
+
+
+class ProfileOutput(BaseModel):
+    profile_id: str
+    stations: int
+    cpu_pct: CpuSummary
+    counters: dict[str, float] = Field(description="uprobe hits per second, mean over reps")
+    rss_kb: int
+    pinned: bool = Field(description="governor performance and boost off in every window")
+    fingerprint_verified: bool = Field(description="in every window")
+    perf_bytes_per_s: float | None = Field(None, description="perf.data size per window second")
+    warnings: list[str]
+
+
+async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
+                  associate_first: bool = True) -> ProfileRecord:
+    """The windows themselves (sweep calls this for each density)."""
+    prof, dev = ctx.profile, ctx.device
+    if associate_first:
+        await associate.run(ctx, associate.AssociateInput(stations=inp.stations))
+    await asyncio.sleep(inp.settle_s)
+    proc = await dutproc.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
+    if proc is None:
+        raise ToolError("device", f"{prof.target.process} is not running on the DUT",
+                        "lab_status; the process manager should respawn it")
+    store = RecordStore(ctx.data_dir)
+    pid = store.new_id("prof")
+    art = store.artifact_dir(pid)
+    perf_reps = inp.reps if inp.perf_reps is None else inp.perf_reps
+    kallsyms = None
+    if inp.perf and perf_reps:
+        kallsyms = str(art / "kallsyms")
+        # procfs reports size 0, so SFTP reads nothing: stream it through cat instead
+        res = await dev.exec(["cat", "/proc/kallsyms"], timeout=60, cap=64 << 20)
+        if res.exit_status != 0 or res.truncated:
+            raise ToolError("device", f"cannot read /proc/kallsyms: {res.stderr.strip()[:200]}",
+                            "symbolize needs kernel symbols: run as root on the DUT")
+        Path(kallsyms).write_text(res.stdout)
+    probes = prof.target.uprobes if inp.uprobes else {}
+    windows: list[Window] = []
+    try:
+        async with _maybe_probes(ctx, probes) as events:
+            for rep in range(inp.reps):
+                await ctx.report(rep, inp.reps, f"{inp.stations} clients: window {rep + 1}/"
+                                 f"{inp.reps} ({inp.window_s:g} s)")
+                windows.append(await _window(ctx, inp, proc.pid, rep, events,
+                                             perf=inp.perf and rep < perf_reps, art=art))
+    except BaseException:
+        shutil.rmtree(art, ignore_errors=True)  # no record, so no orphan artifacts either
+        raise
+    record = ProfileRecord(id=pid, stations=inp.stations, window_s=inp.window_s, kind=kind,
+                           build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
+                           target_pid=proc.pid, windows=windows, kallsyms=kallsyms, uprobes=probes)
+    store.save("prof", pid, record)
+    await ctx.report(inp.reps, inp.reps, f"profile {pid} stored")
+    return record
+
+
+class _NoProbes:
+    async def __aenter__(self) -> list[str]:
+        return []
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def _maybe_probes(ctx: LabContext, probes: dict[str, str]):  # type: ignore[no-untyped-def]
+    if not probes:
+        return _NoProbes()
+    prof = ctx.profile
+    return dutprobes.registered(ctx.device, prof.dut.paths.tracefs, prof.target.library, probes,
+                                ctx.data_dir / "symcache")
+
+
+async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events: list[str],
+                  perf: bool, art: Path) -> Window:
+    prof, dev = ctx.profile, ctx.device
+    start_count = (await knobs.datamodel_count(dev, prof)).get("total", -1)
+    perf_opts = " ".join(PERF_RECORD) if perf else None
+    cond = await snapshot(dev, prof, ctx.state, start_count, perf=perf_opts)
+    secs = f"{inp.window_s:g}"
+    remote = f"{prof.dut.paths.tmp.rstrip('/')}/lw-{art.name}-rep{rep}.perf.data"
+    timeout = inp.window_s + 60
+    jobs = [dev.exec(sampler.argv(pid, int(inp.window_s) + 1), timeout=timeout)]
+    if perf:
+        jobs.append(dev.exec([prof.target.perf, *PERF_RECORD, "-p", str(pid), "-o", remote, "--",
+                              "sleep", secs], timeout=timeout))
+    if events:
+        jobs.append(dev.exec([prof.target.perf, *uprobes.perf_stat_argv(events, pid, inp.window_s)[1:]],
+                             timeout=timeout))
+    started = datetime.now(UTC)
+    t0 = time.monotonic()
+    try:
+        results = await asyncio.gather(*jobs)
+    except BaseException:
+        if perf:  # cancelled or failed mid-window: leave no perf.data behind on the DUT
+            await asyncio.shield(dev.run(["rm", "-f", remote]))
+        raise
+    duration = time.monotonic() - t0
+    sampled = sampler.parse(results[0].stdout)
+    if len(sampled.samples) < 2:
+        raise ToolError("device", f"the sampler got {len(sampled.samples)} samples of pid {pid}"
+                        + (" (the process exited)" if sampled.gone else ""),
+                        "lab_status: is the target running?")
+    perf_path, perf_bytes = None, None
+    idx = 1
+    if perf:
+        rec = results[idx]
+        idx += 1
+        try:
+            if rec.exit_status != 0:
+                raise ToolError("device", f"perf record failed: {rec.stderr.strip()[-300:]}",
+                                "`labwarden doctor` on the DUT side: perf installed, root?")
+            local = art / f"rep{rep}.perf.data"
+            await dev.get(remote, local)
+            perf_path, perf_bytes = str(local), local.stat().st_size
+        finally:
+            await dev.run(["rm", "-f", remote])
+    counters: dict[str, float] = {}
+    if events:
+        stat = results[idx]
+        counts = uprobes.parse_perf_stat_csv(stat.stderr)
+        if stat.exit_status != 0 or not counts:
+            raise ToolError("device", f"perf stat of uprobes failed: {stat.stderr.strip()[-300:]}",
+                            "is tracefs mounted on the DUT? `labwarden doctor`")
+        counters = {e.split(":", 1)[1]: round(c / inp.window_s, 3) for e, c in counts.items()}
+    end_count = (await knobs.datamodel_count(dev, prof)).get("total", -1)
+    clk = cond.clk_tck or 100
+    return Window(rep=rep, started_at=started, duration_s=round(duration, 3),
+                  cpu_pct=round(sampled.cpu_mean(clk), 3) if not sampled.restarted() else 0.0,
+                  cpu_series=[round(x, 2) for x in sampled.cpu_series(clk)],
+                  rss_kb=sampled.rss_kb(),
+                  io_read_bytes=sampled.samples[-1].read_bytes - sampled.samples[0].read_bytes,
+                  io_write_bytes=sampled.samples[-1].write_bytes - sampled.samples[0].write_bytes,
+                  counters=counters, datamodel_start=start_count, datamodel_end=end_count,
+                  restarted=sampled.restarted() or sampled.gone, perf_data=perf_path,
+                  perf_bytes=perf_bytes, conditions=cond)
+
+
+def summarize(record: ProfileRecord) -> ProfileOutput:
+    vals = record.cpu_values()
+    warnings = []
+    if any(w.restarted for w in record.windows):
+        warnings.append("the target restarted during a window: its CPU is not comparable")
+    if any(w.datamodel_end != record.stations for w in record.windows):
+        warnings.append("clients were lost during a window (datamodel count changed)")
+    names = sorted({k for w in record.windows for k in w.counters})
+    perf_sizes = [w.perf_bytes / w.duration_s for w in record.windows if w.perf_bytes]
+    return ProfileOutput(
+        profile_id=record.id, stations=record.stations,
+        cpu_pct=CpuSummary(mean=round(statistics.fmean(vals), 3),
+                           stdev=round(statistics.stdev(vals), 3) if len(vals) > 1 else 0.0,
+                           samples=sum(len(w.cpu_series) + 1 for w in record.windows),
+                           per_rep=[round(v, 3) for v in vals]),
+        counters={n: round(statistics.fmean(w.counters.get(n, 0.0) for w in record.windows), 3)
+                  for n in names},
+        rss_kb=int(statistics.median(w.rss_kb for w in record.windows)),
+        pinned=all(w.conditions.pinned() for w in record.windows),
+        fingerprint_verified=all(w.conditions.fingerprint_verified for w in record.windows),
+        perf_bytes_per_s=round(statistics.fmean(perf_sizes)) if perf_sizes else None,
+        warnings=warnings)
+
+
+async def run(ctx: LabContext, inp: ProfileInput) -> ProfileOutput:
+    return summarize(await measure(ctx, inp))
+
+
+SPEC = ToolSpec(name="profile", description=describe(__doc__), input=ProfileInput,
+                output=ProfileOutput, run=run, effect="mutates_dut",
+                requires=frozenset({"lease", "board_healthy", "fingerprint_verified", "env_pinned",
+                                    "topology_asserted"}),
+                budget_class="measure")

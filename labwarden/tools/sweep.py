@@ -1,0 +1,118 @@
+"""sweep: the density ladder -- at each client count (topology constant, even split over the
+radios) measure `reps` windows, and return the curve with counters and RSS per point.
+
+Mutates DUT state (clients), and leaves the DUT with no clients when it ends, checking that the
+disassociation cleaned up (a gate reads that). perf records the densest point only by default,
+which is what symbolize and the unknown-frame gate need.
+"""
+
+from __future__ import annotations
+
+import statistics
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, Field, field_validator
+
+from labwarden.lab import knobs
+from labwarden.lab.records import RecordStore
+from labwarden.tools import associate, profile
+from labwarden.tools.context import LabContext
+from labwarden.tools.spec import ToolSpec, describe
+
+
+class SweepInput(BaseModel):
+    densities: list[int] = Field([18, 60, 114], min_length=1, max_length=12,
+                                 description="client counts, ascending", examples=[[18, 60, 114]])
+    reps: int = Field(3, ge=1, le=10)
+    window_s: float = Field(10, ge=2, le=300)
+    idle_baseline: bool = Field(True, description="also measure each point with no traffic; the "
+                                "vlab's load is associations only, so its windows are all idle")
+    perf: bool = Field(True, description="perf record at the densest point (first rep)")
+    settle_s: float = Field(2.0, ge=0, le=60)
+
+    @field_validator("densities")
+    @classmethod
+    def _ascending(cls, v: list[int]) -> list[int]:
+        if any(d < 0 for d in v) or v != sorted(set(v)):
+            raise ValueError("densities must be distinct, >= 0 and ascending, e.g. [18, 60, 114]")
+        return v
+
+
+class SweepPoint(BaseModel):
+    stations: int
+    profile_id: str
+    cpu_mean: float
+    cpu_stdev: float
+    cpu_per_rep: list[float]
+    idle_cpu_mean: float | None = Field(description="no-traffic CPU at the same client count")
+    counters: dict[str, float]
+    rss_kb: int
+    per_radio: list[int]
+    clients_held: bool = Field(description="datamodel count equal to the clients in every window")
+
+
+class SweepRecord(BaseModel):
+    id: str
+    started_at: datetime
+    window_s: float
+    reps: int
+    build_id: str | None
+    points: list[SweepPoint]
+    cleanup_count: int = Field(description="datamodel count after disassociating everyone")
+    idle_note: str | None = None
+
+
+class SweepOutput(BaseModel):
+    sweep_id: str
+    build_id: str | None
+    points: list[SweepPoint]
+    cleanup_count: int
+    idle_note: str | None
+
+
+IDLE_NOTE = ("the load generator has no traffic mode: every window is idle (associations only), "
+             "so idle = loaded and the CPU is the polling, not traffic")
+
+
+async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
+    store = RecordStore(ctx.data_dir)
+    sid = store.new_id("swp")
+    points: list[SweepPoint] = []
+    started = datetime.now(UTC)
+    try:
+        for i, n in enumerate(inp.densities):
+            await ctx.report(i, len(inp.densities), f"density {n} ({i + 1}/{len(inp.densities)})")
+            assoc = await associate.run(ctx, associate.AssociateInput(stations=n))
+            densest = i == len(inp.densities) - 1
+            rec = await profile.measure(ctx, profile.ProfileInput(
+                stations=n, window_s=inp.window_s, reps=inp.reps, perf=inp.perf and densest,
+                perf_reps=1, settle_s=inp.settle_s), associate_first=False)
+            summary = profile.summarize(rec)
+            points.append(SweepPoint(
+                stations=n, profile_id=rec.id, cpu_mean=summary.cpu_pct.mean,
+                cpu_stdev=summary.cpu_pct.stdev, cpu_per_rep=summary.cpu_pct.per_rep,
+                idle_cpu_mean=summary.cpu_pct.mean if inp.idle_baseline else None,
+                counters=summary.counters, rss_kb=summary.rss_kb, per_radio=assoc.per_radio,
+                clients_held=all(w.datamodel_start == n == w.datamodel_end for w in rec.windows)))
+    finally:
+        await associate.run(ctx, associate.AssociateInput(stations=0))
+    cleanup = (await knobs.datamodel_count(ctx.device, ctx.profile)).get("total", -1)
+    record = SweepRecord(id=sid, started_at=started, window_s=inp.window_s, reps=inp.reps,
+                         build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
+                         points=points, cleanup_count=cleanup,
+                         idle_note=IDLE_NOTE if inp.idle_baseline else None)
+    store.save("swp", sid, record)
+    await ctx.report(len(inp.densities), len(inp.densities), f"sweep {sid} stored")
+    return SweepOutput(sweep_id=sid, build_id=record.build_id, points=points,
+                       cleanup_count=cleanup, idle_note=record.idle_note)
+
+
+def mean_curve(record: SweepRecord) -> list[tuple[int, float]]:
+    return [(p.stations, statistics.fmean(p.cpu_per_rep)) for p in record.points]
+
+
+SPEC = ToolSpec(name="sweep", description=describe(__doc__), input=SweepInput, output=SweepOutput,
+                run=run, effect="mutates_dut",
+                requires=frozenset({"lease", "board_healthy", "fingerprint_verified", "env_pinned",
+                                    "topology_asserted"}),
+                budget_class="measure")
