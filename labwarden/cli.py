@@ -14,6 +14,7 @@ from rich.table import Table
 
 from labwarden import __version__, doctor
 from labwarden.call_cli import call_app
+from labwarden.lab_cli import lab_app
 from labwarden.transcripts.cli import transcripts_app
 from labwarden.vlab import control, curve
 
@@ -23,6 +24,7 @@ vlab_app = typer.Typer(help="The virtual lab: a DUT of real processes, perf and 
                        no_args_is_help=True)
 app.add_typer(vlab_app, name="vlab")
 app.add_typer(call_app, name="call")
+app.add_typer(lab_app, name="lab")
 app.add_typer(transcripts_app, name="transcripts")
 console = Console(stderr=True)
 out = Console()

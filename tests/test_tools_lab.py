@@ -47,7 +47,8 @@ def _patch_from_edit(layout: VlabLayout, tmp: Path, file: str, old: str, new: st
     path.write_text(text.replace(old, new, 1))
     diff = subprocess.run(["git", "-C", str(clone), "diff"], capture_output=True, text=True,
                           check=True).stdout
-    out = tmp / "edit.patch"
+    out = layout.data_dir / "patches" / f"{tmp.name}.patch"  # where submitted patches live
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(diff)
     return out
 
@@ -87,7 +88,7 @@ async def test_unknown_patch_names_the_known_ones(lab: VlabLayout) -> None:
 
 async def test_patch_that_does_not_apply_returns_failing_lines(lab: VlabLayout,
                                                               tmp_path: Path) -> None:
-    bad = tmp_path / "stale.patch"
+    bad = lab.data_dir / "patches" / "stale.patch"
     good = _patch_from_edit(lab, tmp_path, "wld.c", "#include", "#include  ")
     bad.write_text(good.read_text().replace("#include", "#inclu_de_gone", 1))
     rec = await call(lab, "build", {"patches": [str(bad)]})
@@ -177,4 +178,5 @@ async def test_invalid_inputs_name_the_field(lab: VlabLayout) -> None:
     assert rec.error is not None and rec.error.kind == "invalid_input"
     assert "build_id" in rec.error.message and baseline(lab) in (rec.error.remedy or "")
     rec = await call(lab, "flash", {"build_id": "../../etc"})
-    assert rec.error is not None and rec.error.kind == "invalid_input"
+    assert rec.error is not None and rec.error.kind == "refused"
+    assert rec.error.code == "unsafe_argument" and "build_id" in rec.error.message

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from labwarden.guardrails.untrusted import DeviceText
 from labwarden.lab import uci
 from labwarden.lab.device import Device
 from labwarden.lab.profile import LabProfile
@@ -14,7 +15,7 @@ from labwarden.lab.profile import LabProfile
 
 class KnobState(BaseModel):
     name: str
-    value: str = Field(description="what the DUT has now")
+    value: DeviceText = Field(description="what the DUT has now")
     ok: bool = Field(description="pinned as measurement requires")
     advice: str | None = Field(None, description="how to fix it when not ok")
 
@@ -55,9 +56,9 @@ async def boost(dev: Device, profile: LabProfile) -> KnobState:
 
 
 class Topology(BaseModel):
-    vaps_enabled: list[str]
-    vaps_disabled: list[str]
-    channels: dict[str, str]
+    vaps_enabled: list[DeviceText]
+    vaps_disabled: list[DeviceText]
+    channels: dict[str, DeviceText]
 
 
 async def topology(dev: Device, profile: LabProfile) -> Topology:
@@ -72,13 +73,23 @@ async def topology(dev: Device, profile: LabProfile) -> Topology:
 
 def judge_topology(topo: Topology, profile: LabProfile) -> KnobState:
     radios = profile.load.radios
+    want = profile.topology
     problems = []
-    if len(topo.vaps_enabled) != radios:
-        problems.append(f"{len(topo.vaps_enabled)} of {radios} VAPs enabled "
-                        f"(disabled: {' '.join(topo.vaps_disabled) or 'none'})")
-    unpinned = [r for r, ch in topo.channels.items() if ch == "auto"]
-    if unpinned:
-        problems.append(f"channels unpinned on {' '.join(unpinned)}")
+    if want is not None:
+        off = [v for v in want.vaps if v not in topo.vaps_enabled]
+        if off:
+            problems.append(f"VAPs disabled: {' '.join(off)}")
+        wrong = [f"{r}={topo.channels.get(r, '?')} (want {ch})" for r, ch in want.channels.items()
+                 if topo.channels.get(r) != ch]
+        if wrong:
+            problems.append("channels " + ", ".join(wrong))
+    else:
+        if len(topo.vaps_enabled) != radios:
+            problems.append(f"{len(topo.vaps_enabled)} of {radios} VAPs enabled "
+                            f"(disabled: {' '.join(topo.vaps_disabled) or 'none'})")
+        unpinned = [r for r, ch in topo.channels.items() if ch == "auto"]
+        if unpinned:
+            problems.append(f"channels unpinned on {' '.join(unpinned)}")
     return KnobState(name="topology", value="; ".join(problems) or f"{radios} VAPs, channels pinned",
                      ok=not problems,
                      advice=None if not problems else "re-enable the scaling VAPs and pin channels")
@@ -104,3 +115,72 @@ async def datamodel_count(dev: Device, profile: LabProfile) -> dict[str, int]:
         raise DeviceError(f"{profile.target.rpc_client} count failed: {res.stderr.strip()[:200]}",
                           f"is {profile.target.process} running? lab_status shows it")
     return {k: int(v) for k, v in (kv.split("=", 1) for kv in res.stdout.split())}
+
+
+# ---- apply (healing and env_pin): idempotent, each returns what it changed ----
+
+_WRITE = ["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "lw-write"]
+"""sysfs files are written in place (no temp file + rename there); value and path are argv."""
+
+
+async def _write(dev: Device, path: str, value: str) -> None:
+    res = await dev.run([*_WRITE, value, path], timeout=10)
+    if res.exit_status != 0:
+        from labwarden.lab.device import DeviceError
+
+        raise DeviceError(f"cannot write {path}: {res.stderr.strip()[:200]}", "root on the DUT?")
+
+
+async def pin_governor(dev: Device, profile: LabProfile) -> list[str]:
+    changed = []
+    base = _cpufreq(profile)
+    for i, gov in enumerate(await read_governors(dev, profile)):
+        if gov != "performance":
+            await _write(dev, f"{base}/cpu{i}/cpufreq/scaling_governor", "performance")
+            changed.append(f"cpu{i} scaling_governor {gov} -> performance")
+    return changed
+
+
+async def pin_boost(dev: Device, profile: LabProfile) -> list[str]:
+    state = await boost(dev, profile)
+    if state.ok or state.value == "unavailable":
+        return []
+    await _write(dev, f"{_cpufreq(profile)}/cpufreq/boost", "0")
+    return [f"boost {state.value} -> 0"]
+
+
+async def pin_topology(dev: Device, profile: LabProfile) -> list[str]:
+    want = profile.topology
+    if want is None:
+        return []
+    path = f"{profile.dut.paths.config}/wireless"
+    secs = uci.parse((await dev.read_file(path)).decode(), "wireless")
+    changed = []
+    for sec in secs:
+        if sec.type == "wifi-iface" and sec.name in want.vaps and sec.options.get("disabled") == "1":
+            sec.options["disabled"] = "0"
+            changed.append(f"wireless.{sec.name}.disabled 1 -> 0")
+        if sec.type == "wifi-device" and sec.name in want.channels:
+            if sec.options.get("channel") != want.channels[sec.name]:
+                changed.append(f"wireless.{sec.name}.channel {sec.options.get('channel')} -> "
+                               f"{want.channels[sec.name]}")
+                sec.options["channel"] = want.channels[sec.name]
+    if changed:
+        await dev.write_file(path, uci.dumps(secs).encode())
+        res = await dev.run(want.reload, timeout=60)
+        if res.exit_status != 0:
+            from labwarden.lab.device import DeviceError
+
+            raise DeviceError(f"{' '.join(want.reload)} failed: {res.stderr.strip()[:200]}",
+                              "check [topology] reload in the profile")
+        changed.append("applied: " + " ".join(want.reload))
+    return changed
+
+
+async def pin_procmgr(dev: Device, profile: LabProfile) -> list[str]:
+    state = await procmgr(dev, profile)
+    if state.ok:
+        return []
+    path = f"{profile.dut.paths.config}/procmgr"
+    await dev.write_file(path, uci.dumps([uci.Section("procmgr", "main", {"enabled": "1"})]).encode())
+    return ["procmgr.main.enabled 0 -> 1"]

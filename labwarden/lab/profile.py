@@ -143,6 +143,17 @@ class TargetSection(_Strict):
         return self.pidfiles.get(name)
 
 
+class TopologySection(_Strict):
+    """The radio topology every measurement needs (seed 000: 6 radios, channels pinned)."""
+
+    vaps: list[str] = Field(description="wifi-iface sections that must be enabled",
+                            examples=[["vap0", "vap1"]])
+    channels: dict[str, str] = Field(description="radio -> pinned channel", examples=[{"radio0": "36"}])
+    reload: list[str] = Field(default_factory=lambda: ["wifi", "reload"],
+                              description="argv that applies a wireless config change",
+                              examples=[["wifi", "reload"]])
+
+
 class GatesSection(_Strict):
     unknown_frames_pct_max: float = Field(1.0, ge=0, le=100, examples=[1.0])
     rss_per_client_kb_max: float = Field(64.0, gt=0, examples=[64.0])
@@ -151,8 +162,18 @@ class GatesSection(_Strict):
 HealKind = Literal["governor", "boost", "topology", "procmgr", "trace_zones"]
 
 
+class BudgetSection(_Strict):
+    tokens: int | None = Field(None, gt=0, description="model tokens per session", examples=[2_000_000])
+    dollars: float | None = Field(None, gt=0, examples=[25.0])
+    wall_time_s: float | None = Field(None, gt=0, examples=[28_800])
+    tool_calls: int | None = Field(None, gt=0, examples=[500])
+    flashes_per_hour: int | None = Field(6, gt=0, examples=[6])
+
+
 class PolicySection(_Strict):
     heal: list[HealKind] = Field(default_factory=list, examples=[["governor", "boost"]])
+    budgets: BudgetSection = Field(default_factory=BudgetSection)
+    lease_ttl_s: float = Field(300, gt=0, le=86_400, examples=[300])
 
 
 class LabProfile(_Strict):
@@ -162,6 +183,7 @@ class LabProfile(_Strict):
     flash: FlashSection = Field(default_factory=FlashSection)
     load: LoadSection
     target: TargetSection
+    topology: TopologySection | None = None
     gates: GatesSection = Field(default_factory=GatesSection)
     policy: PolicySection = Field(default_factory=PolicySection)
 

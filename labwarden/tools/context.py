@@ -1,4 +1,5 @@
-"""The typed lifespan every tool receives: profile, the DUT connection, lab state, progress.
+"""The typed lifespan every tool receives: profile, the DUT connection, lab state, progress,
+and -- when guarded -- the guard and the transcript session every call is logged into.
 
 Opened once per session (MCP server lifespan, a CLI call, a playbook run) and closed in
 `finally`; tools import no singleton (STYLE: typed lifespan, no module globals).
@@ -7,16 +8,20 @@ Opened once per session (MCP server lifespan, a CLI call, a playbook run) and cl
 from __future__ import annotations
 
 import contextlib
+import getpass
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from labwarden.lab.labstate import LabState
 from labwarden.lab.profile import LabProfile
 
 if TYPE_CHECKING:
+    from labwarden.guardrails.guard import Guard
     from labwarden.lab.device import Device
+    from labwarden.transcripts.store import TranscriptStore
 
 ProgressFn = Callable[[float, float | None, str], Awaitable[None]]
 
@@ -32,6 +37,9 @@ class LabContext:
     data_dir: Path
     progress: ProgressFn = _no_progress
     messages: list[str] = field(default_factory=list)
+    guard: Guard | None = None
+    transcript: TranscriptStore | None = None
+    session_id: str | None = None
 
     @property
     def state(self) -> LabState:
@@ -44,11 +52,22 @@ class LabContext:
         self.messages.append(message)
         await self.progress(done, total, message)
 
+    def log(self, event: Any) -> None:
+        """Append a transcript event (committed before this returns); no-op when unlogged."""
+        if self.transcript is not None and self.session_id is not None:
+            self.transcript.append(self.session_id, event)
+
+
+def default_transcript(profile: LabProfile) -> Path:
+    return profile.data_dir() / "transcripts.db"
+
 
 @contextlib.asynccontextmanager
 async def open_lab(profile: LabProfile, progress: ProgressFn = _no_progress,
-                   user: str | None = None) -> AsyncIterator[LabContext]:
-    """Connect to the DUT the profile names (acquiring its labgrid place first, if any)."""
+                   user: str | None = None, *, client: str = "python", guarded: bool = True,
+                   transcript: Path | None = None) -> AsyncIterator[LabContext]:
+    """Connect to the DUT the profile names (acquiring its labgrid place first, if any); when
+    guarded, every call passes the guard and lands in the transcript."""
     from labwarden.lab.device import Device
 
     async with contextlib.AsyncExitStack() as stack:
@@ -67,4 +86,23 @@ async def open_lab(profile: LabProfile, progress: ProgressFn = _no_progress,
         await stack.enter_async_context(device)
         data_dir = profile.data_dir()
         data_dir.mkdir(parents=True, exist_ok=True)
-        yield LabContext(profile=profile, device=device, data_dir=data_dir, progress=progress)
+        ctx = LabContext(profile=profile, device=device, data_dir=data_dir, progress=progress)
+        if guarded:
+            from labwarden.guardrails.guard import Guard
+            from labwarden.transcripts.store import TranscriptStore
+
+            ctx.transcript = TranscriptStore(transcript or default_transcript(profile))
+            stack.callback(ctx.transcript.close)
+            ctx.session_id = ctx.transcript.start_session(client, lab_profile=profile.source,
+                                                          lab_name=profile.lab.name)
+            holder = f"{user or getpass.getuser()}@{socket.gethostname()}/{ctx.session_id}"
+            ctx.guard = Guard(ctx, holder)
+            stack.push_async_callback(_close_session, ctx)
+        yield ctx
+
+
+async def _close_session(ctx: LabContext) -> None:
+    assert ctx.guard is not None and ctx.transcript is not None and ctx.session_id is not None
+    with contextlib.suppress(Exception):  # a dead DUT must not hide the session's end
+        await ctx.guard.lease.release()
+    ctx.transcript.end_session(ctx.session_id, "closed")

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
+from labwarden.guardrails.untrusted import DeviceText
 from labwarden.lab import dutproc
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
@@ -27,21 +28,21 @@ class FingerprintInput(BaseModel):
 
 
 class Mismatch(BaseModel):
-    path: str
+    path: DeviceText
     check: str = Field(description="sha256 | git_hash | mapped | overlay | process")
     expected: str
-    actual: str
+    actual: DeviceText
 
 
 class FingerprintOutput(BaseModel):
     verified: bool
     build_id: str
     git_hash_expected: str
-    git_hash_running: str | None
+    git_hash_running: DeviceText | None
     mismatches: list[Mismatch]
     overlay_empty: bool
-    overlay_files: list[str] = Field(description="first files found in the overlay")
-    release_revision: str | None = Field(
+    overlay_files: list[DeviceText] = Field(description="first files found in the overlay")
+    release_revision: DeviceText | None = Field(
         None, description="DISTRIB_REVISION as the DUT reports it: shown, never trusted")
 
 

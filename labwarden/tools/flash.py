@@ -41,6 +41,7 @@ async def run(ctx: LabContext, inp: FlashInput) -> FlashOutput:
     await ctx.report(1, 4, f"uploading image {Path(manifest.image).name}")
     await dev.put(Path(manifest.image), remote)
     state = ctx.state
+    was_good = state.board_health == "good"
     state.board_health = "unknown"  # from here until the DUT is back, we do not know
     state.health_reason = f"flash of {manifest.build_id} in progress"
     ctx.save_state(state)
@@ -68,8 +69,10 @@ async def run(ctx: LabContext, inp: FlashInput) -> FlashOutput:
     await dev.run(["rm", "-f", remote])  # a real DUT's /tmp is RAM: do not leave it filling up
     left = await dev.run(["find", prof.dut.paths.overlay, "-mindepth", "1", "-type", "f"])
     overlay_wiped = left.exit_status == 0 and not left.stdout.strip()
-    state.board_health = "good"
-    state.health_reason = None
+    if state.health_reason == f"flash of {manifest.build_id} in progress":
+        # a flash that succeeds is not yet a health check: that needs fingerprint_verify
+        state.board_health = "good" if was_good else "unknown"
+        state.health_reason = None if was_good else f"flashed {manifest.build_id}: verify it"
     state.record_flash(manifest.build_id)
     ctx.save_state(state)
     await ctx.report(4, 4, "flashed")

@@ -11,6 +11,7 @@ import time
 
 from pydantic import BaseModel, Field
 
+from labwarden.guardrails.untrusted import DeviceText
 from labwarden.lab import dutproc, knobs
 from labwarden.lab.labstate import BoardHealth
 from labwarden.tools.context import LabContext
@@ -26,7 +27,7 @@ class LabStatusOutput(BaseModel):
     rtt_ms: float | None = Field(None, description="one round trip on the command channel")
     target_process: str
     target_pid: int | None
-    running_version: str | None = Field(None, description="`--version` of the running image")
+    running_version: DeviceText | None = Field(None, description="`--version` of the running image")
     board_health: BoardHealth
     health_reason: str | None
     flashed_build: str | None
@@ -34,7 +35,7 @@ class LabStatusOutput(BaseModel):
     knobs: list[knobs.KnobState]
     topology: knobs.Topology | None
     associated: dict[str, int] | None = Field(None, description="datamodel count per VAP")
-    problems: list[str] = Field(description="everything not ready for measurement")
+    problems: list[DeviceText] = Field(description="everything not ready for measurement")
 
 
 async def run(ctx: LabContext, inp: LabStatusInput) -> LabStatusOutput:

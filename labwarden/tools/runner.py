@@ -1,17 +1,21 @@
-"""Call a registered tool by name with JSON-like args: validate, run, time, and make the record.
+"""Call a registered tool by name with JSON-like args: validate, guard, run, time, record, log.
 
-This is the single path for every door (Python, CLI, MCP, playbooks); the guard and the
+This is the single path for every door (Python, CLI, MCP, playbooks): the guard and the
 transcript attach here, so nobody has to remember to check or log.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from pydantic import ValidationError
 
+from labwarden.guardrails.decision import GuardDecision, Refused
+from labwarden.guardrails.untrusted import clean, untrusted_fields
 from labwarden.lab.builder import BuildError
+from labwarden.lab.records import RecordNotFound
 from labwarden.tools import registry
 from labwarden.tools.context import LabContext
 from labwarden.tools.errors import ToolError
@@ -23,38 +27,89 @@ def _invalid(exc: ValidationError) -> ToolFailure:
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"]) or "(arguments)"
         problems.append(f"{key}: {err['msg']}")
-    return ToolFailure(kind="invalid_input", message="; ".join(problems),
+    return ToolFailure(kind="invalid_input", code="invalid_input", message="; ".join(problems),
                        remedy="see the tool's input schema (`labwarden call TOOL --help`)")
 
 
+def _log_decision(ctx: LabContext, d: GuardDecision) -> None:
+    from labwarden.transcripts import events
+
+    ctx.log(events.GuardDecision(tool=d.tool, decision=d.decision, code=d.code, reason=d.reason,
+                                 remedy=d.remedy, changes=d.changes))
+
+
+def _log_call(ctx: LabContext, record: ToolCallRecord, conditions: dict[str, Any] | None) -> None:
+    from labwarden.transcripts import events
+
+    payload = record.result if record.ok else (record.error.model_dump() if record.error else None)
+    ctx.log(events.ToolCalled.of(record, result_json=json.dumps(payload, default=str),
+                                 conditions=conditions))
+
+
+def _refused(ctx: LabContext, record: ToolCallRecord, d: GuardDecision) -> ToolCallRecord:
+    _log_decision(ctx, d)
+    record.error = ToolFailure(kind="refused" if d.code != "invalid_input" else "invalid_input",
+                               code=d.code, message=d.reason, remedy=d.remedy)
+    _log_call(ctx, record, None)
+    return record
+
+
 async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCallRecord:
-    spec = registry.get(name)
     record = ToolCallRecord(tool=name, args=args)
+    try:
+        spec = registry.get(name)
+    except KeyError as exc:
+        return _refused(ctx, record, GuardDecision(
+            tool=name, decision="refuse", code="tool_unknown", reason=str(exc.args[0]),
+            remedy="call one of the listed tools"))
+    try:
+        inp = spec.input.model_validate(args)
+    except ValidationError as exc:
+        failure = _invalid(exc)
+        return _refused(ctx, record, GuardDecision(tool=name, decision="refuse", code="invalid_input",
+                                                   reason=failure.message, remedy=failure.remedy))
+    record.args = inp.model_dump(mode="json")
+    conditions = None
+    health_before = ctx.state.board_health
+    if ctx.guard is not None:
+        try:
+            decisions = await ctx.guard.check(spec, record.args)
+        except Refused as exc:
+            return _refused(ctx, record, exc.decision)
+        for d in decisions:
+            _log_decision(ctx, d)
+        conditions = ctx.guard.last_conditions
     t0 = time.monotonic()
     mark = len(ctx.messages)
     try:
-        inp = spec.input.model_validate(args)
-        record.args = inp.model_dump(mode="json")
         out = await spec.run(ctx, inp)
         record.result = out.model_dump(mode="json")
+        record.untrusted = untrusted_fields(spec.output)
         record.ok = True
-    except ValidationError as exc:
-        record.error = _invalid(exc)
     except ToolError as exc:
         record.error = exc.failure
     except BuildError as exc:
         record.error = ToolFailure(kind="build", message=str(exc).splitlines()[0],
                                    remedy=exc.remedy, lines=exc.lines)
+    except RecordNotFound as exc:
+        record.error = ToolFailure(kind="invalid_input", message=exc.problem, remedy=exc.remedy)
     except TimeoutError as exc:
         record.error = ToolFailure(kind="timeout", message=str(exc) or f"{name} timed out")
     except Exception as exc:
         from labwarden.lab.device import DeviceError
 
-        if isinstance(exc, DeviceError):
-            record.error = ToolFailure(kind="device", message=exc.problem, remedy=exc.remedy)
-        else:
+        if not isinstance(exc, DeviceError):
             raise
+        record.error = ToolFailure(kind="device", message=exc.problem, remedy=exc.remedy)
     finally:
+        if record.error is not None:  # errors often quote device stderr
+            record.error.message = clean(record.error.message)
+            record.error.lines = [clean(ln, 300) for ln in record.error.lines[:40]]
         record.duration_s = round(time.monotonic() - t0, 4)
         record.progress = ctx.messages[mark:]
+        if ctx.guard is not None:
+            after = ctx.guard.after(spec, record.args, record.ok, record.result, health_before)
+            if after is not None:
+                _log_decision(ctx, after)
+        _log_call(ctx, record, conditions)
     return record

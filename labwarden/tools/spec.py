@@ -30,6 +30,8 @@ class ToolSpec:
     requires: frozenset[Requirement] = field(default_factory=frozenset)
     idempotent: bool = False
     budget_class: Literal["cheap", "measure", "flash", "build"] = "cheap"
+    free_text: frozenset[str] = field(default_factory=frozenset)
+    """Arguments that are prose or code (a diff, a query), exempt from the identifier check."""
 
     def schema(self) -> dict[str, Any]:
         return {"input": self.input.model_json_schema(), "output": self.output.model_json_schema()}

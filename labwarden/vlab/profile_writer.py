@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from labwarden.vlab import firmware
+from labwarden.lab import uci
+from labwarden.vlab import dutstate, firmware
 from labwarden.vlab.layout import SERVICES, VlabLayout
 
 
@@ -14,6 +15,9 @@ def _q(value: str) -> str:
 
 def write(layout: VlabLayout, info_port: int, manifest: firmware.BuildManifest) -> None:
     r = layout.root
+    factory = uci.load(dutstate.factory_config_dir() / "wireless")
+    vaps = [s.name for s in factory if s.type == "wifi-iface"]
+    channels = {s.name: s.options["channel"] for s in factory if s.type == "wifi-device"}
     with open(str(layout.host_key) + ".pub") as f:
         host_key_line = f.read().strip()
     text = f"""# labwarden lab profile for the virtual lab in {r}
@@ -74,6 +78,11 @@ suspects = ["stamon"]
 uprobes = {{ rpc_calls = "getStationStats", dm_write_txns = "dm_finalize_transaction" }}
 rpc_client = "stacli"
 pidfiles = {{ {", ".join(f"{n} = {_q(str(layout.run_dir / (n + '.pid')))}" for n in SERVICES)} }}
+
+[topology]
+vaps = {json.dumps(vaps)}
+channels = {{ {", ".join(f"{k} = {_q(v)}" for k, v in channels.items())} }}
+reload = ["service", "stad", "restart"]
 
 [gates]
 unknown_frames_pct_max = 1.0

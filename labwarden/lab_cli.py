@@ -1,0 +1,53 @@
+"""`labwarden lab ...`: what a person does to the lab outside any agent session."""
+
+from __future__ import annotations
+
+import getpass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from labwarden.lab.labstate import LabState
+from labwarden.lab.profile import LabProfile, ProfileError
+
+lab_app = typer.Typer(help="Lab administration by a person (board health).", no_args_is_help=True)
+out = Console()
+err = Console(stderr=True)
+LabOpt = Annotated[Path, typer.Option("--lab", help="lab profile (TOML)")]
+
+
+def _profile(lab: Path) -> LabProfile:
+    try:
+        return LabProfile.from_file(lab)
+    except ProfileError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+
+
+@lab_app.command("health")
+def health(lab: LabOpt = Path(".vlab/lab.toml")) -> None:
+    """Show the board's health (good / unknown / bad), why, and what was flashed and verified."""
+    state = LabState.load(_profile(lab).data_dir())
+    out.print(f"board: {state.board_health}" + (f" ({escape(state.health_reason)})"
+                                                 if state.health_reason else ""))
+    out.print(f"flashed: {state.flashed_build}  verified: {state.verified_build}")
+
+
+@lab_app.command("clear-bad")
+def clear_bad(lab: LabOpt = Path(".vlab/lab.toml"),
+              reason: Annotated[str, typer.Option(help="what the person checked or fixed")] = "") -> None:
+    """Clear a `bad` board after a person has inspected it. The board becomes `unknown`: a
+    health check (flash a known image, then fingerprint_verify) still has to prove it."""
+    data_dir = _profile(lab).data_dir()
+    state = LabState.load(data_dir)
+    if state.board_health != "bad":
+        out.print(f"board is {state.board_health}, not bad: nothing to clear")
+        raise typer.Exit(1)
+    state.board_health = "unknown"
+    state.health_reason = f"cleared by {getpass.getuser()}" + (f": {reason}" if reason else "") \
+        + "; run a health check"
+    state.save(data_dir)
+    out.print(f"board: unknown ({escape(state.health_reason)})")

@@ -1,0 +1,139 @@
+"""`labwarden transcripts ...`: list, show, replay, audit, export and checkpoint sessions."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Column, Table
+from rich.text import Text
+
+from labwarden.transcripts import export, replay, timeline
+from labwarden.transcripts.audit import audit
+from labwarden.transcripts.store import DEFAULT_DB, TranscriptError, TranscriptStore
+
+transcripts_app = typer.Typer(help="Transcripts: every session's tool calls, guard decisions, model "
+                                   "calls and costs, hash-chained.", no_args_is_help=True)
+err = Console(stderr=True)
+out = Console()
+
+DbOpt = Annotated[Path, typer.Option("--db", envvar="LABWARDEN_TRANSCRIPTS",
+                                     help="transcript database (env LABWARDEN_TRANSCRIPTS)")]
+IdArg = Annotated[str, typer.Argument(help="session id, or a unique prefix of one")]
+
+
+def _fail(problem: str, remedy: str) -> None:
+    err.print(f"[red]error:[/red] {escape(problem)}")
+    err.print(f"[yellow]remedy:[/yellow] {escape(remedy)}")
+    raise typer.Exit(1)
+
+
+@contextmanager
+def _open(db: Path) -> Iterator[TranscriptStore]:
+    try:
+        with TranscriptStore(db, create=False) as store:
+            yield store
+    except TranscriptError as exc:
+        _fail(exc.problem, exc.remedy)
+    except sqlite3.DatabaseError as exc:
+        _fail(f"{db}: {exc}", "check that --db names a labwarden transcript database")
+
+
+@transcripts_app.command("list")
+def list_cmd(db: DbOpt = DEFAULT_DB) -> None:
+    """List sessions, newest first, with event counts and dollars."""
+    with _open(db) as store:
+        sessions = store.sessions()
+    table = Table("client", "lab", "events", "$", "ended")
+    table.columns.insert(0, Column("started (UTC)", no_wrap=True))
+    table.columns.insert(0, Column("id", no_wrap=True))
+    for s in sessions:
+        table.add_row(Text(s.id), s.started_at[:19], Text(s.client), Text(s.lab_name or ""), str(s.events),
+                      f"{s.cost_usd:.4f}", Text(s.end_reason or "open"))
+    out.print(table if sessions else f"no sessions in {escape(str(db))}")
+
+
+@transcripts_app.command("show")
+def show(session: IdArg, db: DbOpt = DEFAULT_DB,
+         json_out: Annotated[bool, typer.Option("--json", help="the stored events as JSON")] = False) -> None:
+    """Show a session's stored events: seq, time, kind, chain hashes."""
+    with _open(db) as store:
+        sid = store.resolve(session)
+        info, events = store.session(sid), store.events(sid)
+    if json_out:
+        typer.echo("[" + ",\n".join(e.model_dump_json() for e in events) + "]")
+        return
+    out.print(Text(f"session {sid}: {info['client']}, lab {info['lab_name']}, started {info['started_at']}"))
+    table = Table("seq", "ts (UTC)", "kind", "id", "prev_hash", "hash")
+    for e in events:
+        table.add_row(str(e.seq), e.event.ts.isoformat()[:23], e.event.kind, e.event.id, e.prev_hash[:12],
+                      e.hash[:12])
+    out.print(table)
+
+
+@transcripts_app.command("replay")
+def replay_cmd(session: IdArg, db: DbOpt = DEFAULT_DB) -> None:
+    """Replay a session as a timeline: every call, decision, artifact and cost, with totals."""
+    with _open(db) as store:
+        tl = timeline.of_session(store, store.resolve(session))
+    out.print(replay.render(tl))
+
+
+@transcripts_app.command("audit")
+def audit_cmd(session: IdArg, db: DbOpt = DEFAULT_DB,
+              checkpoint: Annotated[Path | None, typer.Option(
+                  "--checkpoint", help="checkpoint file from `transcripts checkpoint` (detects truncation)",
+                  exists=True, dir_okay=False)] = None) -> None:
+    """Verify the hash chain, a checkpoint, file integrity, costs and measurement conditions.
+
+    Exit code 0 when everything holds, 1 when something does (the first bad event is named)."""
+    with _open(db) as store:
+        report = audit(store, store.resolve(session), checkpoint)
+    for w in report.warnings:
+        err.print(f"[yellow]warning:[/yellow] {escape(w)}")
+    if report.ok:
+        out.print(f"[green]ok[/green]: {report.events} events; checks: {', '.join(report.checks)}")
+        return
+    for p in report.problems:
+        out.print(f"[red]problem:[/red] {escape(p)}")
+    _fail(f"audit failed: first bad event is seq {report.first_bad_seq}"
+          if report.first_bad_seq is not None else "audit failed",
+          "the transcript was changed after it was written: keep the file as evidence, compare it with "
+          "an exported copy (transcripts export) and do not trust events from the first bad seq on")
+
+
+@transcripts_app.command("export")
+def export_cmd(session: IdArg, db: DbOpt = DEFAULT_DB,
+               format: Annotated[str, typer.Option("--format", help="jsonl or html")] = "jsonl",
+               output: Annotated[Path | None, typer.Option("-o", "--output", help="file (default stdout)")]
+               = None) -> None:
+    """Export a session as JSON Lines (events with hashes) or a self-contained HTML timeline."""
+    if format not in export.FORMATS:
+        _fail(f"unknown format {format!r}", f"use --format {' or '.join(export.FORMATS)}")
+    with _open(db) as store:
+        sid = store.resolve(session)
+        if format == "jsonl":
+            text = export.jsonl(store.rows(sid))
+        else:
+            text = export.html(timeline.of_session(store, sid))
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.write_text(text)
+        err.print(f"wrote {escape(str(output))}")
+
+
+@transcripts_app.command("checkpoint")
+def checkpoint_cmd(session: IdArg,
+                   output: Annotated[Path, typer.Option("-o", "--output", help="checkpoint file to write")],
+                   db: DbOpt = DEFAULT_DB) -> None:
+    """Export a checkpoint (event count + head hash); keep it apart from the database."""
+    with _open(db) as store:
+        cp = store.export_checkpoint(store.resolve(session), output)
+    out.print(Text(f"checkpoint {cp.session_id}: {cp.count} events, head {cp.head_hash[:16]} -> {output}"))

@@ -1,0 +1,158 @@
+"""Transcript events: a discriminated union of pydantic models keyed by `kind`.
+
+One union with a discriminator (inspect_ai's choice) makes reading a stored event one keyed
+lookup, and the schema is the documentation: every field carries a one-line docstring.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from labwarden.tools.record import ToolCallRecord
+from labwarden.transcripts import pricing
+from labwarden.transcripts.usage import Usage
+
+# Version of the stored event bodies. Do NOT reorder, rename or remove fields of any event, nor
+# change a `kind` literal, without bumping it: bodies are hashed as written and read back by
+# these models. History: 1 (2026-11) first version.
+SCHEMA_VERSION = 1
+
+MEASURING_TOOLS = frozenset({"profile", "sweep", "attribute"})
+"""Tools whose results are measurements; audit requires verified, pinned conditions on them."""
+
+
+class EventBase(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:16])
+    """Unique id of this event."""
+    session_id: str = ""
+    """The session it belongs to (set by the store on append)."""
+    seq: int = 0
+    """Position in the session, from 1 (set by the store on append)."""
+    ts: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    """When it happened (UTC)."""
+
+
+class SessionStarted(EventBase):
+    kind: Literal["session_started"] = "session_started"
+    client: str
+    """Who drives the session: cli, mcp, chat, loop, playbook."""
+    lab_profile: str | None = None
+    """Path of the lab profile (lab.toml) in use."""
+    lab_name: str | None = None
+    """Name of the lab."""
+    labwarden_version: str
+    """labwarden's version."""
+    git_commit: str | None = None
+    """labwarden's git commit, when run from a checkout."""
+    git_dirty: bool | None = None
+    """Whether that checkout had uncommitted changes."""
+    schema_version: int = SCHEMA_VERSION
+    """Version of the event schema this session was written with."""
+
+
+class MeasurementConditions(BaseModel):
+    """Conditions a measuring tool ran under (more keys allowed: stations, clk_tck, perf options)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="allow")
+
+    fingerprint_verified: bool | None = None
+    """The running image matched its recorded fingerprint."""
+    governors: list[str] | None = None
+    """cpufreq governor of each CPU."""
+    boost: str | bool | None = None
+    """Turbo/boost state ("0"/False = off)."""
+
+
+class ToolCalled(EventBase):
+    kind: Literal["tool_called"] = "tool_called"
+    call: ToolCallRecord
+    """The tool call as run: args, result, error, duration, artifacts, progress."""
+    result_chars: int = 0
+    """Characters of the JSON result the client received."""
+    result_tokens_est: int = 0
+    """Estimated tokens the agent pays to read that result: ceil(chars / 4)."""
+    conditions: MeasurementConditions | None = None
+    """Measurement conditions, for tools that measure."""
+
+    @classmethod
+    def of(cls, call: ToolCallRecord, *, result_json: str | None = None,
+           conditions: MeasurementConditions | dict[str, Any] | None = None) -> ToolCalled:
+        """Wrap a record; `result_json` is what the client received (default: result or error)."""
+        if result_json is None:
+            payload = call.result if call.ok else (call.error.model_dump() if call.error else None)
+            result_json = json.dumps(payload, default=str)
+        chars = len(result_json)
+        return cls(call=call, result_chars=chars, result_tokens_est=math.ceil(chars / 4),
+                   conditions=MeasurementConditions.model_validate(conditions)
+                   if isinstance(conditions, dict) else conditions)
+
+
+class GuardDecision(EventBase):
+    kind: Literal["guard_decision"] = "guard_decision"
+    tool: str
+    """The tool the decision is about."""
+    decision: Literal["allow", "refuse", "heal"]
+    """Allowed as is, refused, or allowed after the guard changed lab state."""
+    code: str | None = None
+    """Refusal/heal code from the guard's closed set."""
+    reason: str = ""
+    """Why."""
+    remedy: str | None = None
+    """What to do about a refusal."""
+    changes: list[str] = Field(default_factory=list)
+    """What a heal changed, one line each."""
+
+
+class ModelCall(EventBase):
+    kind: Literal["model_call"] = "model_call"
+    model: str
+    """Model id as called."""
+    usage: Usage
+    """Token usage as the API reported it."""
+    cost_usd: float
+    """Dollars, from usage and the price table."""
+    pricing_version: str
+    """Version of the price table used."""
+    request_id: str | None = None
+    """The API's request id."""
+    stop_reason: str | None = None
+    """Why the model stopped."""
+
+    @classmethod
+    def priced(cls, model: str, usage: Usage | dict[str, Any], **kw: Any) -> ModelCall:
+        """A model_call with its cost computed from the shipped price table."""
+        u = Usage.model_validate(usage) if isinstance(usage, dict) else usage
+        c = pricing.cost(model, u)
+        return cls(model=model, usage=u, cost_usd=c.total_usd, pricing_version=c.pricing_version, **kw)
+
+
+class Note(EventBase):
+    kind: Literal["note"] = "note"
+    text: str
+    """The note."""
+    author: str = "user"
+    """Who wrote it (user, agent, labwarden)."""
+
+
+class SessionEnded(EventBase):
+    kind: Literal["session_ended"] = "session_ended"
+    reason: str = "done"
+    """Why the session ended."""
+
+
+Event = Annotated[SessionStarted | ToolCalled | GuardDecision | ModelCall | Note | SessionEnded,
+                  Field(discriminator="kind")]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(body: str) -> Event:
+    """Read one stored event body."""
+    return EVENT_ADAPTER.validate_json(body)

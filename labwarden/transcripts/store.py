@@ -1,0 +1,311 @@
+"""The transcript store: SQLite (WAL, synchronous=FULL) through sqlite-utils.
+
+Every event is a row of `events` whose `hash` covers its canonical body and the previous row's
+hash. `append` commits before it returns, so a returned append is acknowledged: it survives
+the process being killed. Appends take the write lock (BEGIN IMMEDIATE) before reading the
+chain head, so several processes sharing one file never fork a session's chain.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+from pydantic import BaseModel, ConfigDict, Field
+
+from labwarden.transcripts.chain import GENESIS, canonical_json, link_hash
+from labwarden.transcripts.events import (
+    SCHEMA_VERSION,
+    Event,
+    EventBase,
+    ModelCall,
+    Note,
+    SessionEnded,
+    SessionStarted,
+    parse_event,
+)
+from labwarden.transcripts.pricing import tokens_by_kind
+from labwarden.transcripts.provenance import labwarden_provenance
+
+
+class TranscriptError(Exception):
+    """A transcript problem with a remedy."""
+
+    def __init__(self, problem: str, remedy: str) -> None:
+        super().__init__(f"{problem} ({remedy})")
+        self.problem = problem
+        self.remedy = remedy
+
+
+class StoredEvent(BaseModel):
+    """An event as stored: its place in the chain and the event itself."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    session_id: str
+    """Session id."""
+    seq: int
+    """Position in the session, from 1."""
+    prev_hash: str
+    """Hash of the previous event (GENESIS for the first)."""
+    hash: str
+    """sha256(prev_hash || body)."""
+    event: Event
+    """The event."""
+
+
+class EventRow(BaseModel):
+    """A raw row of `events`, unparsed (what audit reads)."""
+
+    session_id: str
+    seq: int
+    kind: str
+    body: str
+    prev_hash: str
+    hash: str
+
+
+class SessionInfo(BaseModel):
+    """One row of `labwarden transcripts list`."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    id: str
+    """Session id."""
+    started_at: str
+    """UTC ISO time of session_started."""
+    client: str
+    """cli, mcp, chat, loop or playbook."""
+    lab_name: str | None = None
+    """Lab name."""
+    events: int = 0
+    """Number of events."""
+    cost_usd: float = 0.0
+    """Dollars of its model calls."""
+    ended_at: str | None = None
+    """UTC ISO time of session_ended, if it ended."""
+    end_reason: str | None = None
+    """Why it ended."""
+
+
+class Checkpoint(BaseModel):
+    """Count and head hash of a session: exported, it makes truncation detectable."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    session_id: str
+    """Session id."""
+    count: int
+    """Number of events at checkpoint time (= seq of the head)."""
+    head_hash: str
+    """Hash of the event at seq `count`."""
+    ts: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    """When the checkpoint was taken (UTC)."""
+    schema_version: int = SCHEMA_VERSION
+    """Event schema version of the store."""
+
+
+DEFAULT_DB = Path("labwarden-data/transcripts.db")
+
+
+class TranscriptStore:
+    """Open (and create, unless `create=False`) a transcript database."""
+
+    def __init__(self, path: Path | str, *, create: bool = True, timeout_s: float = 30.0) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            if not create:
+                raise TranscriptError(f"no transcript database at {self.path}",
+                                      "pass --db PATH or set LABWARDEN_TRANSCRIPTS")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite_utils.Database(sqlite3.connect(str(self.path), timeout=timeout_s))
+        self.db.enable_wal()
+        self.db.execute("PRAGMA synchronous=FULL")
+        with self._write():
+            self._create_schema()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> TranscriptStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction holding the write lock from its start; committed on exit."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.rollback()
+            raise
+        self.db.execute("COMMIT")
+
+    def _create_schema(self) -> None:
+        db = self.db
+        db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
+        row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is None:
+            db["meta"].insert({"key": "schema_version", "value": str(SCHEMA_VERSION)})
+        elif int(row[0]) > SCHEMA_VERSION:
+            raise TranscriptError(f"{self.path} has transcript schema {row[0]}, this labwarden reads "
+                                  f"up to {SCHEMA_VERSION}", "upgrade labwarden to read it")
+        db["sessions"].create({"id": str, "started_at": str, "client": str, "lab_name": str,
+                               "lab_profile": str, "labwarden_version": str, "git_commit": str,
+                               "git_dirty": int, "ended_at": str, "end_reason": str},
+                              pk="id", if_not_exists=True)
+        db["events"].create({"id": str, "session_id": str, "seq": int, "kind": str, "ts": str,
+                             "body": str, "prev_hash": str, "hash": str},
+                            pk="id", not_null={"session_id", "seq", "kind", "body", "prev_hash", "hash"},
+                            if_not_exists=True)
+        db["events"].create_index(["session_id", "seq"], unique=True, if_not_exists=True)
+        db["model_calls"].create({"event_id": str, "session_id": str, "seq": int, "model": str,
+                                  "input_tokens": int, "output_tokens": int, "cache_write_5m_tokens": int,
+                                  "cache_write_1h_tokens": int, "cache_read_tokens": int,
+                                  "cost_usd": float, "pricing_version": str},
+                                 pk="event_id", if_not_exists=True)
+        db["model_calls"].create_index(["session_id", "seq"], if_not_exists=True)
+        db["notes"].create({"event_id": str, "session_id": str, "seq": int, "ts": str, "author": str,
+                            "text": str}, pk="event_id", if_not_exists=True)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def start_session(self, client: str, *, lab_profile: str | None = None, lab_name: str | None = None,
+                      session_id: str | None = None) -> str:
+        """Create a session and write its session_started event; returns the session id."""
+        version, commit, dirty = labwarden_provenance()
+        sid = session_id or f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+        ev = SessionStarted(client=client, lab_profile=lab_profile, lab_name=lab_name,
+                            labwarden_version=version, git_commit=commit, git_dirty=dirty)
+        with self._write():
+            self.db["sessions"].insert({"id": sid, "started_at": ev.ts.isoformat(), "client": client,
+                                        "lab_name": lab_name, "lab_profile": lab_profile,
+                                        "labwarden_version": version, "git_commit": commit,
+                                        "git_dirty": None if dirty is None else int(dirty)})
+            self._append_locked(sid, ev)
+        return sid
+
+    def append(self, session_id: str, event: EventBase) -> StoredEvent:
+        """Append one event; committed (acknowledged) when this returns."""
+        with self._write():
+            if self.db.execute("SELECT 1 FROM sessions WHERE id = ?", [session_id]).fetchone() is None:
+                raise TranscriptError(f"no session {session_id!r} in {self.path}",
+                                      "start one with start_session() first")
+            return self._append_locked(session_id, event)
+
+    def end_session(self, session_id: str, reason: str = "done") -> StoredEvent:
+        """Write session_ended."""
+        return self.append(session_id, SessionEnded(reason=reason))
+
+    def _append_locked(self, session_id: str, event: EventBase) -> StoredEvent:
+        head = self.db.execute("SELECT seq, hash FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+                               [session_id]).fetchone()
+        seq, prev = (head[0] + 1, head[1]) if head else (1, GENESIS)
+        kind = getattr(event, "kind", None)
+        if kind is None:
+            raise TypeError(f"{type(event).__name__} is not a transcript event (no `kind`)")
+        ev = event.model_copy(update={"session_id": session_id, "seq": seq})
+        body = canonical_json(ev)
+        digest = link_hash(prev, body)
+        self.db["events"].insert({"id": ev.id, "session_id": session_id, "seq": seq, "kind": kind,
+                                  "ts": ev.ts.isoformat(), "body": body, "prev_hash": prev, "hash": digest})
+        self._side_tables(ev)
+        if isinstance(ev, SessionEnded):
+            self.db["sessions"].update(session_id, {"ended_at": ev.ts.isoformat(), "end_reason": ev.reason})
+        return StoredEvent(session_id=session_id, seq=seq, prev_hash=prev, hash=digest,
+                           event=ev)  # type: ignore[arg-type]
+
+    def _side_tables(self, ev: EventBase) -> None:
+        if isinstance(ev, ModelCall):
+            t = tokens_by_kind(ev.usage)
+            self.db["model_calls"].insert({
+                "event_id": ev.id, "session_id": ev.session_id, "seq": ev.seq, "model": ev.model,
+                "input_tokens": t["input"], "output_tokens": t["output"],
+                "cache_write_5m_tokens": t["cache_write_5m"], "cache_write_1h_tokens": t["cache_write_1h"],
+                "cache_read_tokens": t["cache_read"], "cost_usd": ev.cost_usd,
+                "pricing_version": ev.pricing_version})
+        elif isinstance(ev, Note):
+            self.db["notes"].insert({"event_id": ev.id, "session_id": ev.session_id, "seq": ev.seq,
+                                     "ts": ev.ts.isoformat(), "author": ev.author, "text": ev.text})
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def rows(self, session_id: str) -> list[EventRow]:
+        """The session's raw event rows, by seq (unparsed, unverified)."""
+        return [EventRow(**r) for r in self.db.query(
+            "SELECT session_id, seq, kind, body, prev_hash, hash FROM events WHERE session_id = ? "
+            "ORDER BY seq", [session_id])]
+
+    def events(self, session_id: str) -> list[StoredEvent]:
+        """The session's events, parsed, by seq."""
+        return [StoredEvent(session_id=r.session_id, seq=r.seq, prev_hash=r.prev_hash, hash=r.hash,
+                            event=parse_event(r.body)) for r in self.rows(session_id)]
+
+    def sessions(self) -> list[SessionInfo]:
+        """Every session, newest first, with event count and dollars."""
+        sql = ("SELECT s.id, s.started_at, s.client, s.lab_name, s.ended_at, s.end_reason, "
+               "(SELECT count(*) FROM events e WHERE e.session_id = s.id) AS events, "
+               "(SELECT coalesce(sum(cost_usd), 0) FROM model_calls m WHERE m.session_id = s.id) AS cost_usd "
+               "FROM sessions s ORDER BY s.started_at DESC, s.id DESC")
+        return [SessionInfo(**r) for r in self.db.query(sql)]
+
+    def session(self, session_id: str) -> dict[str, Any]:
+        """The session's row of `sessions`."""
+        rows = list(self.db.query("SELECT * FROM sessions WHERE id = ?", [session_id]))
+        if not rows:
+            raise TranscriptError(f"no session {session_id!r} in {self.path}",
+                                  "list them with: labwarden transcripts list")
+        return rows[0]
+
+    def resolve(self, id_or_prefix: str) -> str:
+        """A full session id from an id or a unique prefix of one."""
+        ids = [r["id"] for r in self.db.query("SELECT id FROM sessions WHERE id = ? OR id LIKE ? ESCAPE '\\'",
+                                             [id_or_prefix, _like_prefix(id_or_prefix)])]
+        if id_or_prefix in ids:
+            return id_or_prefix
+        if len(ids) == 1:
+            return ids[0]
+        if not ids and self.db.execute("SELECT 1 FROM events WHERE session_id = ? LIMIT 1",
+                                       [id_or_prefix]).fetchone():
+            return id_or_prefix  # its sessions row is gone; let audit say so
+        raise TranscriptError(
+            f"{'ambiguous' if ids else 'no'} session {id_or_prefix!r} in {self.path}"
+            + (f": matches {', '.join(ids[:5])}" if ids else ""),
+            "give more of the id; list them with: labwarden transcripts list")
+
+    def checkpoint(self, session_id: str) -> Checkpoint:
+        """Count and head hash of the session now."""
+        head = self.db.execute("SELECT seq, hash FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+                               [session_id]).fetchone()
+        if head is None:
+            raise TranscriptError(f"session {session_id!r} has no events", "nothing to checkpoint")
+        return Checkpoint(session_id=session_id, count=head[0], head_hash=head[1])
+
+    def export_checkpoint(self, session_id: str, path: Path | str) -> Checkpoint:
+        """Write the checkpoint as JSON to `path` (keep it somewhere the transcript is not)."""
+        cp = self.checkpoint(session_id)
+        Path(path).write_text(cp.model_dump_json(indent=2) + "\n")
+        return cp
+
+    def integrity_check(self) -> list[str]:
+        """SQLite's `PRAGMA integrity_check`: ["ok"] when the file is sound."""
+        return [r[0] for r in self.db.execute("PRAGMA integrity_check").fetchall()]
+
+
+def load_checkpoint(path: Path | str) -> Checkpoint:
+    """Read a checkpoint written by export_checkpoint."""
+    return Checkpoint.model_validate(json.loads(Path(path).read_text()))
+
+
+def _like_prefix(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

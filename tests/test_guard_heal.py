@@ -1,0 +1,65 @@
+"""With healing on, a reboot's drift is healed before a sweep -- recorded, then measured."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from labwarden.lab.profile import LabProfile
+from labwarden.tools.context import open_lab
+from labwarden.tools.runner import call_tool
+from labwarden.transcripts.store import TranscriptStore
+from labwarden.vlab import control, dutstate
+from labwarden.vlab.layout import VlabLayout
+
+from .tooling import baseline
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
+    root = tmp_path_factory.mktemp("heal")
+    try:
+        control.up(root)
+        yield VlabLayout.at(root)
+    finally:
+        control.down(root)
+
+
+async def test_sweep_after_reboot_heals_and_runs(lab: VlabLayout) -> None:
+    control.reboot(lab.root)
+    drifted = dutstate.read_state(lab)
+    assert drifted.boost and set(drifted.governors) == {"schedutil"} and drifted.vaps_disabled
+    profile = LabProfile.from_file(lab.lab_toml)
+    assert set(profile.policy.heal) >= {"governor", "boost", "topology"}
+    async with open_lab(profile, client="test") as ctx:
+        assert (await call_tool(ctx, "fingerprint_verify", {"build_id": baseline(lab)})).ok
+        rec = await call_tool(ctx, "sweep", {"densities": [6, 18], "reps": 2, "window_s": 2,
+                                             "perf": False})
+        sid = ctx.session_id
+    assert rec.ok, rec.error
+    assert rec.result is not None
+    points = rec.result["points"]
+    assert [p["per_radio"] for p in points] == [[1] * 6, [3] * 6], "all six radios back"
+    assert points[0]["cpu_mean"] < points[1]["cpu_mean"]
+    healed = dutstate.read_state(lab)
+    assert set(healed.governors) == {"performance"} and not healed.boost and not healed.vaps_disabled
+    assert sid is not None
+    with TranscriptStore(lab.data_dir / "transcripts.db") as store:
+        bodies = [e.event.model_dump() for e in store.events(sid)]
+    heals = [b for b in bodies if b["kind"] == "guard_decision" and b["decision"] == "heal"]
+    assert len(heals) == 1 and heals[0]["tool"] == "sweep"
+    changes = " | ".join(heals[0]["changes"])
+    assert "scaling_governor schedutil -> performance" in changes
+    assert "boost 1 -> 0" in changes and "wireless.vap3.disabled 1 -> 0" in changes
+    assert "wireless.radio0.channel auto -> " in changes
+    call = next(b for b in bodies if b["kind"] == "tool_called" and b["call"]["tool"] == "sweep")
+    assert call["conditions"]["fingerprint_verified"] is True
+    assert set(call["conditions"]["governors"]) == {"performance"}
