@@ -15,6 +15,7 @@ from rich.table import Table
 from labwarden import __version__, doctor
 from labwarden.call_cli import call_app
 from labwarden.lab_cli import lab_app
+from labwarden.server.cli import serve
 from labwarden.transcripts.cli import transcripts_app
 from labwarden.vlab import control, curve
 
@@ -25,6 +26,7 @@ vlab_app = typer.Typer(help="The virtual lab: a DUT of real processes, perf and 
 app.add_typer(vlab_app, name="vlab")
 app.add_typer(call_app, name="call")
 app.add_typer(lab_app, name="lab")
+app.command("serve")(serve)
 app.add_typer(transcripts_app, name="transcripts")
 console = Console(stderr=True)
 out = Console()

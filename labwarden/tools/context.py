@@ -11,6 +11,7 @@ import contextlib
 import getpass
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from labwarden.transcripts.store import TranscriptStore
 
 ProgressFn = Callable[[float, float | None, str], Awaitable[None]]
+current_progress: ContextVar[ProgressFn | None] = ContextVar("labwarden_progress", default=None)
+"""Per-call progress sink (an MCP request's ctx.report_progress); concurrent calls each get
+their own, while the LabContext is shared by the session."""
 
 
 async def _no_progress(done: float, total: float | None, message: str) -> None:
@@ -50,7 +54,8 @@ class LabContext:
 
     async def report(self, done: float, total: float | None, message: str) -> None:
         self.messages.append(message)
-        await self.progress(done, total, message)
+        sink = current_progress.get() or self.progress
+        await sink(done, total, message)
 
     def log(self, event: Any) -> None:
         """Append a transcript event (committed before this returns); no-op when unlogged."""

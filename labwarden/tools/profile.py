@@ -26,8 +26,10 @@ from labwarden.tools.context import LabContext
 from labwarden.tools.errors import ToolError
 from labwarden.tools.spec import ToolSpec, describe
 
-PERF_RECORD = ["record", "-N", "-z", "-e", "cpu-clock", "-F", "999", "--call-graph", "dwarf,32768"]
-"""FACTS: -z is ~46x smaller; never -B (a mismatched symfs would be accepted silently)."""
+PERF_RECORD = ["record", "-N", "-z", "--buildid-mmap", "-e", "cpu-clock", "-F", "999",
+               "--call-graph", "dwarf,32768"]
+"""FACTS: -z is ~46x smaller; never -B. With -N -z, perf 6.1 writes no build-id table, so
+--buildid-mmap puts the ids in the mmap events: a mismatched symfs is then refused."""
 
 
 class ProfileInput(BaseModel):

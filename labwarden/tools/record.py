@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-ErrorKind = Literal["invalid_input", "refused", "device", "build", "timeout", "tool", "internal"]
+ErrorKind = Literal["invalid_input", "refused", "device", "build", "timeout", "cancelled", "tool",
+                    "internal"]
 """Closed set of failure kinds (inspect_ai's habit): callers branch on this, never on text."""
 
 

@@ -101,6 +101,10 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         if not isinstance(exc, DeviceError):
             raise
         record.error = ToolFailure(kind="device", message=exc.problem, remedy=exc.remedy)
+    except BaseException:
+        if not record.ok and record.error is None:  # cancelled (client gave up) or interrupted
+            record.error = ToolFailure(kind="cancelled", message=f"{name} was cancelled; its cleanup ran")
+        raise
     finally:
         if record.error is not None:  # errors often quote device stderr
             record.error.message = clean(record.error.message)

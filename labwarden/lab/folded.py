@@ -1,0 +1,225 @@
+"""Folded stacks (inferno-collapse-perf output): parse, merge into a call tree, and measure.
+
+One line per distinct stack: `comm;outer;...;leaf COUNT`. The first frame is the command name
+(inferno's default, no --pid/--tid). Definitions used throughout (tested in tests/test_symbolize.py):
+
+- *unresolved frame*: `[unknown]`, or a bracketed DSO name such as `[libc.so.6]` -- what inferno
+  writes when perf gave an address no symbol. The comm frame is never counted.
+- `unknown_pct`: % of samples whose *leaf* frame (where the CPU was) is unresolved.
+- `unknown_frames_pct`: % of all frames (weighted by samples, comm excluded) that are unresolved.
+- `stacks_with_unknown_pct`: % of samples with at least one unresolved frame anywhere.
+- *total %* of a function: % of samples with the function anywhere in the stack (counted once per
+  sample, so recursion does not inflate it); *self %*: % of samples where it is the leaf.
+- depth: frames per sample, comm excluded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+_UNRESOLVED = re.compile(r"\[[^\[\]]*\]")
+
+
+def unresolved(frame: str) -> bool:
+    return _UNRESOLVED.fullmatch(frame) is not None
+
+
+@dataclass
+class Folded:
+    stacks: list[tuple[tuple[str, ...], int]]
+    samples: int
+
+    @classmethod
+    def parse(cls, text: str) -> Folded:
+        stacks: list[tuple[tuple[str, ...], int]] = []
+        total = 0
+        for line in text.splitlines():
+            stack, sep, count = line.rpartition(" ")
+            if not sep or not count.isdigit():
+                continue
+            n = int(count)
+            stacks.append((tuple(stack.split(";")), n))
+            total += n
+        return cls(stacks, total)
+
+    @classmethod
+    def read(cls, path: Path) -> Folded:
+        return cls.parse(path.read_text(errors="replace"))
+
+    def pct(self, n: float) -> float:
+        return 100.0 * n / self.samples if self.samples else 0.0
+
+
+class Depth(BaseModel):
+    mean: float
+    p95: int
+    max: int
+
+
+class Stats(BaseModel):
+    samples: int
+    unknown_pct: float = Field(description="% of samples whose leaf frame is unresolved")
+    unknown_frames_pct: float = Field(description="% of frames (sample-weighted) unresolved")
+    stacks_with_unknown_pct: float = Field(description="% of samples with any unresolved frame")
+    unresolved_top: list[str] = Field(description="most frequent unresolved frames, '% frame' "
+                                      "(share of samples holding it)")
+    depth: Depth
+
+
+def stats(f: Folded, top: int = 6) -> Stats:
+    leaf_unknown = frames = frames_unknown = any_unknown = 0
+    depths: Counter[int] = Counter()
+    holders: Counter[str] = Counter()
+    for frames_t, n in f.stacks:
+        body = frames_t[1:]
+        bad = [fr for fr in body if unresolved(fr)]
+        depths[len(body)] += n
+        frames += len(body) * n
+        frames_unknown += len(bad) * n
+        if bad:
+            any_unknown += n
+            for fr in set(bad):
+                holders[fr] += n
+        if body and unresolved(body[-1]):
+            leaf_unknown += n
+    mean = sum(d * n for d, n in depths.items()) / f.samples if f.samples else 0.0
+    return Stats(samples=f.samples, unknown_pct=round(f.pct(leaf_unknown), 3),
+                 unknown_frames_pct=round(100.0 * frames_unknown / frames, 3) if frames else 0.0,
+                 stacks_with_unknown_pct=round(f.pct(any_unknown), 3),
+                 unresolved_top=[f"{f.pct(n):5.1f}%  {fr}" for fr, n in holders.most_common(top)],
+                 depth=Depth(mean=round(mean, 1), p95=_quantile(depths, 0.95),
+                             max=max(depths, default=0)))
+
+
+def _quantile(hist: Counter[int], q: float) -> int:
+    total = sum(hist.values())
+    need, seen = math.ceil(q * total), 0
+    for value in sorted(hist):
+        seen += hist[value]
+        if seen >= need:
+            return value
+    return 0
+
+
+@dataclass
+class Node:
+    name: str
+    total: int = 0
+    self: int = 0
+    children: dict[str, Node] = field(default_factory=dict)
+
+
+def tree(f: Folded) -> Node:
+    """The merged call tree (one pass); the root is a synthetic node holding every sample."""
+    root = Node("all", total=f.samples)
+    for frames, n in f.stacks:
+        node = root
+        for fr in frames:
+            child = node.children.get(fr)
+            if child is None:
+                child = node.children[fr] = Node(fr)
+            child.total += n
+            node = child
+        node.self += n
+    return root
+
+
+def _elide(names: list[str], width: int) -> str:
+    text = " > ".join(names)
+    if len(text) <= width:
+        return text
+    head, tail = names[0], names[-1]
+    keep = [tail]
+    for name in reversed(names[1:-1]):
+        if len(" > ".join([head, "...", name, *keep])) > width:
+            break
+        keep.insert(0, name)
+    return " > ".join([head, "...", *keep])[: width]
+
+
+def tree_lines(f: Folded, top: int = 25, width: int = 110) -> list[str]:
+    """The hot paths as at most `top` lines `TOTAL%  SELF%  <indent>name`, depth-first, heaviest
+    child first. The `top` heaviest nodes are kept (an ancestor is never lighter than its
+    descendants, so the kept set is a tree); a chain of nodes passing every sample on to one
+    child is printed as one line `a > b > c`."""
+    root = tree(f)
+    rows: list[tuple[int, str, int, int, list[Node]]] = []  # depth, label, total, self, children
+
+    def walk(node: Node, depth: int) -> None:
+        names = [node.name]
+        while len(node.children) == 1 and node.self == 0:
+            node = next(iter(node.children.values()))
+            names.append(node.name)
+        kids = sorted(node.children.values(), key=lambda c: -c.total)
+        rows.append((depth, _elide(names, width - 16 - 2 * depth), node.total, node.self, kids))
+        for kid in kids:
+            walk(kid, depth + 1)
+
+    for kid in sorted(root.children.values(), key=lambda c: -c.total):
+        walk(kid, 0)
+    keep = sorted(range(len(rows)), key=lambda i: (-rows[i][2], rows[i][0], i))[:top]
+    return [f"{f.pct(rows[i][2]):6.1f}% {f.pct(rows[i][3]):6.1f}%  {'  ' * rows[i][0]}{rows[i][1]}"
+            for i in sorted(keep)]
+
+
+class PathStep(BaseModel):
+    frame: str
+    total_pct: float
+
+
+def dominant_path(f: Folded, max_frames: int = 48) -> list[PathStep]:
+    """From the root, always into the heaviest child, while that child holds at least as many
+    samples as the node itself keeps (so it ends where the time is spent, not in an interrupt)."""
+    node, path = tree(f), []
+    while node.children:
+        child = max(node.children.values(), key=lambda c: c.total)
+        if child.total < node.self:
+            break
+        node = child
+        path.append(PathStep(frame=node.name[:120], total_pct=round(f.pct(node.total), 2)))
+    return path[-max_frames:]
+
+
+def shares(f: Folded) -> tuple[dict[str, int], dict[str, int]]:
+    """Samples per function: (total: anywhere in the stack, once per sample; self: as the leaf)."""
+    total: Counter[str] = Counter()
+    self_: Counter[str] = Counter()
+    for frames, n in f.stacks:
+        for fr in set(frames[1:]):
+            total[fr] += n
+        if len(frames) > 1:
+            self_[frames[-1]] += n
+    return dict(total), dict(self_)
+
+
+class Delta(BaseModel):
+    symbol: str
+    base_pct: float = Field(description="total % in the baseline")
+    new_pct: float = Field(description="total % in this profile")
+    delta_pp: float = Field(description="new - base, percentage points")
+
+
+def top_deltas(base: Folded, new: Folded, n: int = 15) -> list[Delta]:
+    """The functions whose total % moved most between two profiles."""
+    bt, _ = shares(base)
+    nt, _ = shares(new)
+    rows = [Delta(symbol=s[:120], base_pct=round(base.pct(bt.get(s, 0)), 2),
+                  new_pct=round(new.pct(nt.get(s, 0)), 2),
+                  delta_pp=round(new.pct(nt.get(s, 0)) - base.pct(bt.get(s, 0)), 2))
+            for s in set(bt) | set(nt)]
+    rows.sort(key=lambda d: (-abs(d.delta_pp), d.symbol))
+    return [d for d in rows[:n] if d.delta_pp != 0.0]
+
+
+def function_shares(f: Folded, names: Iterable[str]) -> dict[str, tuple[float, float]]:
+    """name -> (total %, self %); 0.0 for a function no sample holds."""
+    total, self_ = shares(f)
+    return {name: (round(f.pct(total.get(name, 0)), 3), round(f.pct(self_.get(name, 0)), 3))
+            for name in names}

@@ -1,0 +1,47 @@
+"""Build the MCP server for one lab: a typed lifespan that opens the lab (DUT connection,
+guard, transcript session), every tool, the resources and the prompts."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+
+from labwarden import __version__
+from labwarden.lab.profile import LabProfile
+from labwarden.server import prompts, resources, tools
+from labwarden.tools.context import LabContext, open_lab
+
+INSTRUCTIONS = """labwarden runs a performance lab: build a patched firmware, flash it, verify by \
+fingerprint what runs, load the device with clients, measure, attribute, profile, symbolize and \
+gate. Start with lab_status. Every call passes a guard: a refusal carries a code, a reason and a \
+remedy -- follow the remedy. Results are small; raw data (perf.data, flamegraphs) are resources."""
+
+
+@dataclass
+class ServerState:
+    lab: LabContext
+
+
+def build_server(profile: LabProfile, *, transcript: Path | None = None, client: str = "mcp",
+                 token_verifier: TokenVerifier | None = None, auth: AuthSettings | None = None,
+                 user: str | None = None) -> MCPServer[ServerState]:
+    @contextlib.asynccontextmanager
+    async def lifespan(_server: MCPServer[Any]) -> AsyncIterator[ServerState]:
+        async with open_lab(profile, user=user, client=client, transcript=transcript) as lab:
+            yield ServerState(lab=lab)
+
+    server: MCPServer[ServerState] = MCPServer(
+        name="labwarden", title="labwarden performance lab", version=__version__,
+        instructions=INSTRUCTIONS, lifespan=lifespan, token_verifier=token_verifier, auth=auth,
+        log_level="WARNING")
+    tools.register(server)
+    resources.register(server)
+    prompts.register(server)
+    return server

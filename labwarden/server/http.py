@@ -1,0 +1,76 @@
+"""Streamable HTTP for the MCP server: loopback by default; anything else only with auth.
+
+Requests whose Origin is not the server's own get 403 (DNS-rebinding protection, on for every
+bind, not only loopback); without a valid bearer token, 401 with a WWW-Authenticate header.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from pathlib import Path
+
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.transport_security import TransportSecuritySettings
+
+
+class ServeError(RuntimeError):
+    def __init__(self, problem: str, remedy: str):
+        self.problem = problem
+        self.remedy = remedy
+        super().__init__(f"{problem} ({remedy})")
+
+
+def parse_bind(bind: str) -> tuple[str, int]:
+    host, sep, port = bind.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ServeError(f"--http {bind!r} is not HOST:PORT", "e.g. --http 127.0.0.1:8765")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class StaticTokenVerifier:
+    """A bearer token shared out of band (a file only its owner can read)."""
+
+    def __init__(self, token: str):
+        if len(token) < 16:
+            raise ServeError("the bearer token is shorter than 16 characters",
+                             "generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))'")
+        self._token = token
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if hmac.compare_digest(token.encode(), self._token.encode()):
+            return AccessToken(token=token, client_id="labwarden-bearer", scopes=[])
+        return None
+
+
+def read_token(path: Path) -> str:
+    if path.stat().st_mode & 0o077:
+        raise ServeError(f"{path} is readable by others", f"chmod 600 {path}")
+    return path.read_text().strip()
+
+
+def security(host: str, port: int) -> TransportSecuritySettings:
+    hosts = [f"{host}:{port}"] + ([f"localhost:{port}", f"127.0.0.1:{port}"] if is_loopback(host) else [])
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                                     allowed_origins=[f"http://{h}" for h in hosts])
+
+
+def auth_settings(host: str, port: int, issuer: str | None) -> AuthSettings:
+    base = f"http://{host}:{port}"
+    return AuthSettings(issuer_url=issuer or base, resource_server_url=f"{base}/mcp")
+
+
+def check_bind(host: str, token: str | None) -> None:
+    if not is_loopback(host) and not token:
+        raise ServeError(f"refusing to serve MCP on {host} without authentication",
+                         "bind 127.0.0.1, or pass --token-file FILE (a bearer token, chmod 600)")

@@ -1,0 +1,102 @@
+"""MCP resources: lab status, runs and sweeps, flamegraphs and folded stacks, reports,
+transcripts. Raw data stays server-side; a model reads it only when it asks, by id."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError
+
+from labwarden.lab.records import RecordNotFound, RecordStore
+from labwarden.tools.context import LabContext
+from labwarden.tools.runner import call_tool
+
+KINDS = {"profiles": "prof", "sweeps": "swp"}
+_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+TEXT_TYPES = {".svg": "image/svg+xml", ".folded": "text/plain", ".txt": "text/plain",
+              ".json": "application/json", ".html": "text/html", ".md": "text/markdown"}
+
+
+def _lab(ctx: Context) -> LabContext:
+    return ctx.request_context.lifespan_context.lab
+
+
+def register(server: MCPServer[Any]) -> None:
+    @server.resource("labwarden://lab/{view}", name="lab", mime_type="application/json",
+                     description="labwarden://lab/status: the lab right now (the lab_status tool; "
+                     "read-only, guarded and logged).")
+    async def lab_status(view: str, ctx: Context) -> str:
+        if view != "status":
+            raise ResourceError(f"unknown lab view {view!r}: use labwarden://lab/status")
+        rec = await call_tool(_lab(ctx), "lab_status", {})
+        return json.dumps(rec.result if rec.ok else rec.error.model_dump() if rec.error else {})
+
+    @server.resource("labwarden://records/{kind}", name="records", mime_type="application/json",
+                     description="Ids of stored records of a kind: profiles, sweeps.")
+    async def records(kind: str, ctx: Context) -> str:
+        if kind not in KINDS:
+            raise ResourceError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
+        return json.dumps(RecordStore(_lab(ctx).data_dir).ids(KINDS[kind]))
+
+    @server.resource("labwarden://records/{kind}/{rid}", name="record", mime_type="application/json",
+                     description="One stored record (a profile's windows with their conditions, a sweep...).")
+    async def record(kind: str, rid: str, ctx: Context) -> str:
+        if kind not in KINDS:
+            raise ResourceError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
+        store = RecordStore(_lab(ctx).data_dir)
+        try:
+            path = store._path(KINDS[kind], rid)
+        except RecordNotFound as exc:
+            raise ResourceError(f"{exc.problem}; {exc.remedy}") from None
+        if not path.is_file():
+            raise ResourceError(f"no {kind} record {rid!r}")
+        return path.read_text()
+
+    @server.resource("labwarden://artifacts/{rid}/{name}", name="artifact",
+                     description="An artifact of a record: flamegraph SVGs, folded stacks, reports. "
+                     "List them with labwarden://artifacts/{rid}.")
+    async def artifact(rid: str, name: str, ctx: Context) -> str:
+        path = _artifact_path(_lab(ctx), rid, name)
+        if path.suffix not in TEXT_TYPES:
+            raise ResourceError(f"{name} is binary ({path.suffix}); text artifacts only: "
+                                f"{', '.join(TEXT_TYPES)}")
+        return path.read_text(errors="replace")
+
+    @server.resource("labwarden://artifacts/{rid}", name="artifact_list", mime_type="application/json",
+                     description="Artifact files of a record, with sizes.")
+    async def artifact_list(rid: str, ctx: Context) -> str:
+        base = _artifact_path(_lab(ctx), rid, None)
+        return json.dumps({p.name: p.stat().st_size for p in sorted(base.iterdir()) if p.is_file()})
+
+    @server.resource("labwarden://symbolized/{key}/{name}", name="flamegraph",
+                     description="A symbolize result's files: flame.svg (interactive flame graph), "
+                     "stacks.folded, diff-<key>.svg (differential). `key` is in the symbolize result.")
+    async def symbolized(key: str, name: str, ctx: Context) -> str:
+        if not re.fullmatch(r"[0-9a-f]{16}", key) or not _FILE.fullmatch(name):
+            raise ResourceError("keys are 16 hex digits and names plain file names (flame.svg)")
+        path = _lab(ctx).data_dir / "symbolized" / key / name
+        if path.suffix not in (".svg", ".folded") or not path.is_file():
+            raise ResourceError(f"no symbolized file {key}/{name}: flame.svg, stacks.folded, diff-*.svg")
+        return path.read_text(errors="replace")
+
+    @server.resource("labwarden://transcripts/{session}", name="transcript", mime_type="application/json",
+                     description="A transcript session's events (the current one: 'current').")
+    async def transcript(session: str, ctx: Context) -> str:
+        lab = _lab(ctx)
+        if lab.transcript is None:
+            raise ResourceError("this server runs without a transcript")
+        sid = lab.session_id if session == "current" else lab.transcript.resolve(session)
+        return json.dumps([e.model_dump(mode="json") for e in lab.transcript.events(sid)])
+
+
+def _artifact_path(lab: LabContext, rid: str, name: str | None):  # type: ignore[no-untyped-def]
+    if not re.fullmatch(r"[a-z]{2,12}-[0-9a-f]{12}", rid) or (name is not None and not _FILE.fullmatch(name)):
+        raise ResourceError("artifact ids look like prof-0123456789ab and names are plain file names")
+    base = RecordStore(lab.data_dir).artifacts / rid
+    path = base if name is None else base / name
+    if not path.exists():
+        raise ResourceError(f"no artifact {rid}/{name or ''}")
+    return path

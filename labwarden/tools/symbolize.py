@@ -1,0 +1,257 @@
+"""symbolize: turn a profile's perf.data into folded stacks, a flame graph and a hot-path tree.
+
+Reads the DUT (system libraries, kallsyms) over SFTP, changes nothing there. perf script runs on
+the host against a symfs of the build that ran plus the DUT's own libraries (fetched once, cached
+by build-id; a build-id mismatch is never accepted). Returns the hot paths (total and self %),
+the dominant path, unknown-frame %, stack depth, the share of named functions, and with a baseline
+the top deltas and a differential flame graph. Raw data stays in artifacts whose paths are
+returned; results are cached by the perf.data hash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import struct
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from labwarden.doctor import which
+from labwarden.lab import folded as fl
+from labwarden.lab import symfs as sf
+from labwarden.lab.measure import ProfileRecord
+from labwarden.lab.records import RecordNotFound, RecordStore
+from labwarden.tools.build import load_manifest
+from labwarden.tools.context import LabContext
+from labwarden.tools.errors import ToolError
+from labwarden.tools.spec import ToolSpec, describe
+
+FORMAT = 1
+"""Version of the cached Symbolized JSON; bump when its fields or the pipeline change."""
+
+
+class SymbolizeInput(BaseModel):
+    profile_id: str = Field(description="a profile record id (kind 'prof')", examples=["prof-0123456789ab"])
+    rep: int = Field(0, ge=0, description="which window's perf.data")
+    baseline_profile_id: str | None = Field(None, description="compare against this profile "
+                                            "(top deltas + differential flame graph)")
+    baseline_rep: int = Field(0, ge=0, description="the baseline's window")
+    top: int = Field(25, ge=1, le=40, description="lines of the hot-path tree")
+    functions: list[str] = Field(default_factory=list, max_length=20,
+                                 description="symbols whose share to report (e.g. a patch's target)",
+                                 examples=[["hal_get_all_stations_bulk"]])
+
+
+class FunctionShare(BaseModel):
+    name: str
+    total_pct: float = Field(description="% of samples with it anywhere in the stack")
+    self_pct: float = Field(description="% of samples with it as the leaf")
+    defined_in: str | None = Field(description="DSO of the build that defines it (None: no such "
+                                   "symbol in the build -- check the spelling before reading 0%)")
+
+
+class Symbolized(BaseModel):
+    """What perf and inferno produced for one perf.data (cached as JSON, by its sha256)."""
+
+    format: int = FORMAT
+    key: str
+    perf_data: str
+    folded: str
+    svg: str
+    symfs: sf.Symfs
+    perf_warnings: list[str]
+
+
+class SymbolizeOutput(BaseModel):
+    profile_id: str
+    rep: int
+    stations: int
+    key: str = Field(description="sha256 prefix of perf.data (the cache key)")
+    samples: int
+    unknown_pct: float = Field(description="% of samples whose leaf frame is unresolved")
+    unknown_frames_pct: float
+    stacks_with_unknown_pct: float
+    unresolved_top: list[str]
+    depth: fl.Depth
+    dominant_path: list[fl.PathStep] = Field(description="heaviest path from the root")
+    tree: list[str] = Field(description="'TOTAL%  SELF%  name', indented by call depth")
+    functions: list[FunctionShare]
+    baseline_profile_id: str | None = None
+    top_deltas: list[fl.Delta] = Field(default_factory=list)
+    folded: str = Field(description="artifact: folded stacks")
+    svg: str = Field(description="artifact: flame graph")
+    diff_svg: str | None = Field(None, description="artifact: differential flame graph")
+    symfs: str
+    buildids_recorded: bool
+    symfs_missing: list[sf.MissingDso] = Field(description="DSOs without symbols (at most 10)")
+    warnings: list[str]
+    cached: bool = Field(description="perf did not run: every input came from the cache")
+
+
+def _bins(diff: bool) -> dict[str, str]:
+    names = ["perf", "inferno-collapse-perf", "inferno-flamegraph"] + (
+        ["inferno-diff-folded"] if diff else [])
+    found = {n: which(n) for n in names}
+    missing = [n for n, p in found.items() if p is None]
+    if missing:
+        raise ToolError("tool", f"not installed on this host: {', '.join(missing)}",
+                        "make setup  (perf: apt-get install linux-perf; inferno: cargo install "
+                        "inferno --locked --root .tools); `labwarden doctor` checks both")
+    return {n: p for n, p in found.items() if p}
+
+
+def _load(store: RecordStore, pid: str, rep: int) -> tuple[ProfileRecord, Path]:
+    try:
+        rec = store.load("prof", pid, ProfileRecord)
+    except RecordNotFound as exc:
+        raise ToolError("invalid_input", f"profile_id: {exc.problem}", exc.remedy) from exc
+    window = next((w for w in rec.windows if w.rep == rep), None)
+    if window is None or not window.perf_data:
+        with_perf = [w.rep for w in rec.windows if w.perf_data]
+        raise ToolError("invalid_input", f"rep: {pid} has no perf.data for rep {rep}",
+                        f"reps with perf.data: {with_perf or 'none (profile with perf=true)'}")
+    path = Path(window.perf_data)
+    path = path if path.is_absolute() else store.artifacts / pid / path
+    if not path.is_file():
+        raise ToolError("invalid_input", f"rep: perf.data of {pid} rep {rep} is gone ({path})",
+                        "profile again")
+    return rec, path
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def content_key(perf_data: Path, memo_file: Path) -> str:
+    """sha256 of perf.data (the cache key), memoised by (device, inode, size, mtime): hashing a
+    60 s perf.data takes ~70 ms here, more than the whole cached answer may."""
+    st = perf_data.stat()
+    ident = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+    try:
+        memo = json.loads(memo_file.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    hit = memo.get(str(perf_data))
+    if isinstance(hit, dict) and hit.get("stat") == ident:
+        return str(hit["sha256"])
+    digest = _sha256(perf_data)
+    memo[str(perf_data)] = {"stat": ident, "sha256": digest}
+    memo_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = memo_file.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(memo))
+    tmp.replace(memo_file)
+    return digest
+
+
+async def symbolized(ctx: LabContext, rec: ProfileRecord, perf_data: Path,
+                     bins: dict[str, str]) -> tuple[Symbolized, bool]:
+    """The folded stacks + SVG of one perf.data: from the cache, or made now. (result, cached)"""
+    base = ctx.data_dir / "symbolized"
+    key = (await asyncio.to_thread(content_key, perf_data, base / "sha256-memo.json"))[:16]
+    index = base / f"{key}.json"
+    if index.is_file():
+        try:
+            hit = Symbolized.model_validate_json(index.read_text())
+            if hit.format == FORMAT and Path(hit.folded).is_file() and Path(hit.svg).is_file():
+                return hit, True
+        except ValueError:
+            pass  # unreadable or old: make it again
+    out = base / key
+    out.mkdir(parents=True, exist_ok=True)
+    warnings: list[str] = []
+    kallsyms = Path(rec.kallsyms) if rec.kallsyms else None
+    if kallsyms is None or not kallsyms.is_file():
+        kallsyms = out / "kallsyms"
+        res = await ctx.device.exec(["cat", "/proc/kallsyms"], timeout=60, cap=64 << 20)
+        if res.exit_status != 0:
+            raise ToolError("device", f"cannot read /proc/kallsyms: {res.stderr.strip()[:200]}",
+                            "kernel frames need the DUT's kallsyms: check root on the DUT")
+        kallsyms.write_text(res.stdout)
+        warnings.append("kallsyms read now, not at record time: wrong if the DUT rebooted since")
+    await ctx.report(1, 4, "reading the recorded mappings and build-ids")
+    try:
+        dsos = await asyncio.to_thread(sf.recorded_dsos, perf_data)
+    except (RuntimeError, ValueError, OSError, struct.error) as exc:
+        raise ToolError("tool", str(exc), "is the file a perf.data? profile again") from exc
+    manifest = load_manifest(ctx, rec.build_id) if rec.build_id else None
+    if manifest is None:
+        warnings.append("the profile names no verified build: symbols come from the DUT only")
+    await ctx.report(2, 4, f"assembling the symfs ({len(dsos)} DSOs)")
+    symfs = await sf.assemble(ctx.device, dsos, out / "symfs", ctx.data_dir / "symcache",
+                              manifest, kallsyms)
+    if not symfs.buildids_recorded:
+        warnings.append("perf.data holds no build-ids (perf 6.1 drops them with -z unless "
+                        "--buildid-mmap): symfs files taken by path, unverified")
+    empty = out / "buildid-empty"
+    empty.mkdir(exist_ok=True)
+    folded, svg, err = out / "stacks.folded", out / "flame.svg", out / "perf-script.stderr"
+    argv = sf.script_argv(bins["perf"], perf_data, Path(symfs.root), kallsyms, empty)
+    await ctx.report(3, 4, "perf script | inferno-collapse-perf")
+    try:
+        await asyncio.to_thread(sf.collapse, argv, bins["inferno-collapse-perf"], folded, err)
+        await asyncio.to_thread(sf.flamegraph, bins["inferno-flamegraph"], folded, svg,
+                                f"{rec.target_pid} @{rec.stations} stations ({rec.id})")
+    except RuntimeError as exc:
+        raise ToolError("tool", str(exc), f"see {err}") from exc
+    perf_warn = [ln[:200] for ln in err.read_text(errors="replace").splitlines() if ln.strip()][-5:]
+    result = Symbolized(key=key, perf_data=str(perf_data), folded=str(folded), svg=str(svg),
+                        symfs=symfs, perf_warnings=warnings + perf_warn)
+    tmp = index.with_suffix(".tmp")
+    tmp.write_text(result.model_dump_json(indent=1))
+    tmp.replace(index)  # written last: marks the entry complete
+    return result, False
+
+
+async def run(ctx: LabContext, inp: SymbolizeInput) -> SymbolizeOutput:
+    bins = _bins(diff=inp.baseline_profile_id is not None)
+    store = RecordStore(ctx.data_dir)
+    rec, perf_data = _load(store, inp.profile_id, inp.rep)
+    sym, cached = await symbolized(ctx, rec, perf_data, bins)
+    new = await asyncio.to_thread(fl.Folded.read, Path(sym.folded))
+    if new.samples == 0:
+        raise ToolError("tool", f"no samples in {perf_data} after perf script",
+                        f"see {Path(sym.folded).parent / 'perf-script.stderr'}")
+    st = fl.stats(new)
+    deltas: list[fl.Delta] = []
+    diff_svg = None
+    if inp.baseline_profile_id:
+        brec, bdata = _load(store, inp.baseline_profile_id, inp.baseline_rep)
+        bsym, bcached = await symbolized(ctx, brec, bdata, bins)
+        base = await asyncio.to_thread(fl.Folded.read, Path(bsym.folded))
+        deltas = fl.top_deltas(base, new, 12)
+        diff = Path(sym.folded).parent / f"diff-{bsym.key}.svg"
+        if not diff.is_file():
+            cached = False
+            try:
+                data = await asyncio.to_thread(sf.diff_folded, bins["inferno-diff-folded"],
+                                               Path(bsym.folded), Path(sym.folded))
+                await asyncio.to_thread(sf.flamegraph, bins["inferno-flamegraph"], data, diff,
+                                        f"{brec.id} -> {rec.id} (red: grew)")
+            except RuntimeError as exc:
+                raise ToolError("tool", str(exc), "check the two folded files") from exc
+        cached = cached and bcached
+        diff_svg = str(diff)
+    shares = fl.function_shares(new, inp.functions)
+    where = await asyncio.to_thread(sf.defining_dso, sym.symfs, inp.functions) \
+        if inp.functions else {}
+    await ctx.report(4, 4, "symbolized" + (" (cached)" if cached else ""))
+    return SymbolizeOutput(
+        profile_id=rec.id, rep=inp.rep, stations=rec.stations, key=sym.key, samples=new.samples,
+        unknown_pct=st.unknown_pct, unknown_frames_pct=st.unknown_frames_pct,
+        stacks_with_unknown_pct=st.stacks_with_unknown_pct, unresolved_top=st.unresolved_top,
+        depth=st.depth, dominant_path=fl.dominant_path(new, 24), tree=fl.tree_lines(new, inp.top),
+        functions=[FunctionShare(name=n[:120], total_pct=t, self_pct=s, defined_in=where.get(n))
+                   for n, (t, s) in shares.items()],
+        baseline_profile_id=inp.baseline_profile_id, top_deltas=deltas, folded=sym.folded,
+        svg=sym.svg, diff_svg=diff_svg, symfs=sym.symfs.root,
+        buildids_recorded=sym.symfs.buildids_recorded, symfs_missing=sym.symfs.missing[:10],
+        warnings=sym.perf_warnings[:8], cached=cached)
+
+
+SPEC = ToolSpec(name="symbolize", description=describe(__doc__),
+                input=SymbolizeInput, output=SymbolizeOutput, run=run, effect="read_only",
+                idempotent=True, budget_class="cheap")

@@ -1,0 +1,222 @@
+"""The MCP server through the SDK's real client: in memory, over stdio and over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from labwarden.lab.profile import LabProfile
+from labwarden.server.app import build_server
+from labwarden.tools import registry
+from labwarden.transcripts.store import TranscriptStore
+from labwarden.vlab import control
+from labwarden.vlab.layout import VlabLayout
+
+from .tooling import baseline
+
+pytestmark = pytest.mark.anyio
+LABWARDEN = str(Path(sys.executable).parent / "labwarden")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
+    root = tmp_path_factory.mktemp("mcp")
+    try:
+        control.up(root)
+        yield VlabLayout.at(root)
+    finally:
+        control.down(root)
+
+
+def _server(lab: VlabLayout):  # type: ignore[no-untyped-def]
+    return build_server(LabProfile.from_file(lab.lab_toml))
+
+
+def _err(result) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    """The guard's structured refusal (the SDK prefixes 'Error executing tool X: ')."""
+    text = result.content[0].text
+    return json.loads(text[text.index("{"):])
+
+
+async def test_tools_have_schemas_and_honest_annotations(lab: VlabLayout) -> None:
+    async with Client(_server(lab)) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == set(registry.TOOLS)
+    for name, spec in registry.TOOLS.items():
+        t = tools[name]
+        assert t.description and t.output_schema and t.input_schema["type"] == "object"
+        assert set(t.input_schema.get("properties", {})) == set(spec.input.model_fields)
+        ann = t.annotations
+        assert ann is not None
+        assert ann.read_only_hint == (spec.effect in ("read_only", "host_only")), name
+        assert ann.destructive_hint == (spec.effect == "destructive"), name
+        assert ann.idempotent_hint == spec.idempotent, name
+    assert tools["flash"].annotations.destructive_hint  # type: ignore[union-attr]
+    assert tools["associate"].input_schema["properties"]["stations"]["anyOf"][0]["maximum"] == 4096
+    lab_status_out = tools["lab_status"].output_schema
+    assert "running_version" in json.dumps(lab_status_out) and "x-untrusted" in json.dumps(lab_status_out)
+
+
+async def test_call_lab_status_and_refusal_is_error_with_code(lab: VlabLayout) -> None:
+    async with Client(_server(lab)) as client:
+        res = await client.call_tool("lab_status", {})
+        assert not res.is_error
+        assert res.structured_content and res.structured_content["target_process"] == "stad"
+        bad = await client.call_tool("attribute", {"suspect": "init"})
+        assert bad.is_error
+        err = _err(bad)
+        assert err["code"] == "suspect_not_allowed" and err["remedy"]
+        malformed = await client.call_tool("associate", {"stations": "lots"})
+        assert malformed.is_error and _err(malformed)["code"] == "invalid_input"
+        unknown = await client.call_tool("fingerprint_verify", {"build_id": "$(reboot)"})
+        assert _err(unknown)["code"] == "unsafe_argument"
+
+
+async def test_sweep_reports_progress_and_every_call_is_logged(lab: VlabLayout) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append((done, total, message))
+
+    server = _server(lab)
+    async with Client(server) as client:
+        assert not (await client.call_tool("fingerprint_verify", {"build_id": baseline(lab)})).is_error
+        res = await client.call_tool("sweep", {"densities": [6, 12], "reps": 1, "window_s": 2,
+                                               "perf": False}, progress_callback=on_progress)
+        assert not res.is_error, res.content
+        assert [p["stations"] for p in res.structured_content["points"]] == [6, 12]  # type: ignore[index]
+    messages = [m for _, _, m in seen if m]
+    assert any("density 6" in m for m in messages) and any("window 1/1" in m for m in messages)
+    with TranscriptStore(lab.data_dir / "transcripts.db") as store:
+        sessions = [s for s in store.sessions() if s.client == "mcp"]
+        calls = [e.event.call.tool for s in sessions for e in store.events(s.id)
+                 if e.event.kind == "tool_called"]
+    assert "sweep" in calls and "fingerprint_verify" in calls
+
+
+async def test_prompts_and_resources(lab: VlabLayout) -> None:
+    async with Client(_server(lab)) as client:
+        names = {p.name for p in (await client.list_prompts()).prompts}
+        assert {"hunt-a-hotspot", "overnight-loop", "audit-a-session"} <= names
+        prompt = await client.get_prompt("overnight-loop", {"goal": "halve the CPU"})
+        assert "halve the CPU" in prompt.messages[0].content.text  # type: ignore[union-attr]
+        status = await client.read_resource("labwarden://lab/status")
+        assert json.loads(status.contents[0].text)["target_process"] == "stad"  # type: ignore[union-attr]
+        sweeps = json.loads((await client.read_resource("labwarden://records/sweeps")).contents[0].text)  # type: ignore[union-attr]
+        assert isinstance(sweeps, list)
+        with pytest.raises(MCPError):  # path traversal in a template parameter never resolves
+            await client.read_resource("labwarden://artifacts/prof-000000000000/..%2F..%2Flab.toml")
+        with pytest.raises(MCPError, match="no artifact"):
+            await client.read_resource("labwarden://artifacts/prof-000000000000/flame.svg")
+
+
+async def test_flamegraph_resource(lab: VlabLayout) -> None:
+    async with Client(_server(lab)) as client:
+        assert not (await client.call_tool("fingerprint_verify", {"build_id": baseline(lab)})).is_error
+        prof = await client.call_tool("profile", {"stations": 60, "window_s": 3, "reps": 1})
+        assert not prof.is_error, prof.content
+        pid = prof.structured_content["profile_id"]  # type: ignore[index]
+        sym = await client.call_tool("symbolize", {"profile_id": pid})
+        assert not sym.is_error, sym.content
+        key = sym.structured_content["key"]  # type: ignore[index]
+        svg = (await client.read_resource(f"labwarden://symbolized/{key}/flame.svg")).contents[0]
+        assert "<svg" in svg.text and "dm_finalize_transaction" in svg.text  # type: ignore[union-attr]
+        folded = (await client.read_resource(f"labwarden://symbolized/{key}/stacks.folded")).contents[0]
+        assert "wld_ad_syncInfo" in folded.text  # type: ignore[union-attr]
+        record = await client.read_resource(f"labwarden://records/profiles/{pid}")
+        assert json.loads(record.contents[0].text)["stations"] == 60  # type: ignore[union-attr]
+
+
+async def test_stdio(lab: VlabLayout) -> None:
+    params = StdioServerParameters(command=LABWARDEN, args=["serve", "--lab", str(lab.lab_toml)],
+                                   env={**os.environ})
+    async with Client(params) as client:
+        tools = (await client.list_tools()).tools
+        assert "lab_status" in {t.name for t in tools}
+        res = await client.call_tool("lab_status", {})
+        assert not res.is_error and res.structured_content["target_process"] == "stad"  # type: ignore[index]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve_http(lab: VlabLayout, *extra: str) -> tuple[subprocess.Popen[bytes], int]:
+    port = _free_port()
+    proc = subprocess.Popen([LABWARDEN, "serve", "--lab", str(lab.lab_toml), "--http",
+                             f"127.0.0.1:{port}", *extra], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc, port
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("server did not listen")
+
+
+async def test_http_loopback(lab: VlabLayout) -> None:
+    proc, port = _serve_http(lab)
+    try:
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            res = await client.call_tool("lab_status", {})
+            assert not res.is_error and res.structured_content["target_process"] == "stad"  # type: ignore[index]
+        r = httpx.post(f"http://127.0.0.1:{port}/mcp", headers={"Origin": "http://evil.example",
+                       "Content-Type": "application/json", "Accept": "application/json, text/event-stream"},
+                       json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert r.status_code == 403
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_http_token_required(lab: VlabLayout, tmp_path: Path) -> None:
+    token = secrets.token_urlsafe(32)
+    tf = tmp_path / "token"
+    tf.write_text(token)
+    tf.chmod(0o600)
+    proc, port = _serve_http(lab, "--token-file", str(tf))
+    try:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        r = httpx.post(f"http://127.0.0.1:{port}/mcp", headers=hdrs, json=body)
+        assert r.status_code == 401 and "Bearer" in r.headers.get("www-authenticate", "")
+        r = httpx.post(f"http://127.0.0.1:{port}/mcp", headers={**hdrs, "Authorization": "Bearer nope"},
+                       json=body)
+        assert r.status_code == 401
+        from mcp.client.streamable_http import streamable_http_client
+
+        bearer = httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        transport = streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=bearer)
+        async with Client(transport) as client:
+            assert not (await client.call_tool("lab_status", {})).is_error
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_non_loopback_without_auth_is_refused_at_start(lab: VlabLayout) -> None:
+    res = subprocess.run([LABWARDEN, "serve", "--lab", str(lab.lab_toml), "--http", "0.0.0.0:8765"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "without authentication" in res.stderr
