@@ -8,6 +8,8 @@ need() { command -v "$1" >/dev/null 2>&1 || missing="$missing $2"; }
 need gcc gcc; need make make; need git git; need objcopy binutils; need tar tar
 command -v perf >/dev/null 2>&1 && perf --version >/dev/null 2>&1 || missing="$missing linux-perf"
 command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || missing="$missing cargo"
+# headless Chromium: the report test opens the HTML report and screenshots it
+command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 
 if [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -184,3 +184,70 @@ async def pin_procmgr(dev: Device, profile: LabProfile) -> list[str]:
     path = f"{profile.dut.paths.config}/procmgr"
     await dev.write_file(path, uci.dumps([uci.Section("procmgr", "main", {"enabled": "1"})]).encode())
     return ["procmgr.main.enabled 0 -> 1"]
+
+
+async def _uci_edit(dev: Device, path: str, edit) -> list[str]:  # type: ignore[no-untyped-def]
+    secs = uci.parse((await dev.read_file(path)).decode(), path)
+    changed = edit(secs)
+    if changed:
+        await dev.write_file(path, uci.dumps(secs).encode())
+    return changed
+
+
+async def _reload(dev: Device, argv: list[str]) -> None:
+    if argv:
+        res = await dev.run(argv, timeout=60)
+        if res.exit_status != 0:
+            from labwarden.lab.device import DeviceError
+
+            raise DeviceError(f"{' '.join(argv)} failed: {res.stderr.strip()[:200]}",
+                              "check [levers] in the lab profile")
+
+
+async def trace_levels(dev: Device, profile: LabProfile) -> dict[str, int]:
+    lv = profile.levers
+    if lv.trace_config is None:
+        return {}
+    secs = uci.parse((await dev.read_file(f"{profile.dut.paths.config}/{lv.trace_config}")).decode())
+    return {s.options.get("name", s.name): int(s.options.get("level", "0")) for s in secs if s.type == "zone"}
+
+
+async def set_trace_max(dev: Device, profile: LabProfile, level: int) -> list[str]:
+    """Lower every trace zone above `level` to it (the config half of patch 0100)."""
+    lv = profile.levers
+    if lv.trace_config is None:
+        return []
+
+    def edit(secs: list[uci.Section]) -> list[str]:
+        out = []
+        for s in secs:
+            if s.type == "zone" and int(s.options.get("level", "0")) > level:
+                out.append(f"trace.{s.name}.level {s.options['level']} -> {level}")
+                s.options["level"] = str(level)
+        return out
+
+    changed = await _uci_edit(dev, f"{profile.dut.paths.config}/{lv.trace_config}", edit)
+    if changed:
+        await _reload(dev, lv.trace_reload)
+        changed.append("applied: " + " ".join(lv.trace_reload))
+    return changed
+
+
+async def set_monitor_rpc(dev: Device, profile: LabProfile, rpc: str) -> list[str]:
+    lv = profile.levers
+    if lv.monitor_config is None:
+        return []
+
+    def edit(secs: list[uci.Section]) -> list[str]:
+        main = secs[0]
+        if main.options.get("rpc") == rpc:
+            return []
+        old = main.options.get("rpc", "full")
+        main.options["rpc"] = rpc
+        return [f"{lv.monitor_config}.{main.name}.rpc {old} -> {rpc}"]
+
+    changed = await _uci_edit(dev, f"{profile.dut.paths.config}/{lv.monitor_config}", edit)
+    if changed:
+        await _reload(dev, lv.monitor_reload)
+        changed.append("applied: " + " ".join(lv.monitor_reload))
+    return changed

@@ -154,6 +154,16 @@ class TopologySection(_Strict):
                               examples=[["wifi", "reload"]])
 
 
+class LeversSection(_Strict):
+    """Config levers a patch may need (seed 000: the trace short-circuit only works with the
+    trace zones lowered 400 -> 200; the lean RPC only matters when the monitor polls it)."""
+
+    trace_config: str | None = Field(None, description="UCI file of the trace zones", examples=["trace"])
+    trace_reload: list[str] = Field(default_factory=list, examples=[["service", "stad", "restart"]])
+    monitor_config: str | None = Field(None, description="UCI file of the monitor", examples=["stamon"])
+    monitor_reload: list[str] = Field(default_factory=list, examples=[["service", "stamon", "restart"]])
+
+
 class GatesSection(_Strict):
     unknown_frames_pct_max: float = Field(1.0, ge=0, le=100, examples=[1.0])
     rss_per_client_kb_max: float = Field(64.0, gt=0, examples=[64.0])
@@ -184,6 +194,7 @@ class LabProfile(_Strict):
     load: LoadSection
     target: TargetSection
     topology: TopologySection | None = None
+    levers: LeversSection = Field(default_factory=LeversSection)
     gates: GatesSection = Field(default_factory=GatesSection)
     policy: PolicySection = Field(default_factory=PolicySection)
 

@@ -57,10 +57,11 @@ class LabContext:
         sink = current_progress.get() or self.progress
         await sink(done, total, message)
 
-    def log(self, event: Any) -> None:
-        """Append a transcript event (committed before this returns); no-op when unlogged."""
-        if self.transcript is not None and self.session_id is not None:
-            self.transcript.append(self.session_id, event)
+    def log(self, *events: Any) -> None:
+        """Append transcript events in one transaction (committed before this returns: one fsync
+        however many); no-op when unlogged."""
+        if self.transcript is not None and self.session_id is not None and events:
+            self.transcript.append_many(self.session_id, list(events))
 
 
 def default_transcript(profile: LabProfile) -> Path:

@@ -7,17 +7,21 @@ from labwarden.tools import (
     attribute,
     build,
     compare,
+    env_pin,
     fingerprint,
     flash,
     gate_check,
     lab_status,
     profile,
+    report,
     sweep,
+    symbolize,
 )
 from labwarden.tools.spec import ToolSpec
 
 _SPECS = [
     lab_status.SPEC,
+    env_pin.SPEC,
     build.SPEC,
     flash.SPEC,
     fingerprint.SPEC,
@@ -27,6 +31,8 @@ _SPECS = [
     compare.SPEC,
     gate_check.SPEC,
     attribute.SPEC,
+    symbolize.SPEC,
+    report.SPEC,
 ]
 
 TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in _SPECS}

@@ -31,26 +31,25 @@ def _invalid(exc: ValidationError) -> ToolFailure:
                        remedy="see the tool's input schema (`labwarden call TOOL --help`)")
 
 
-def _log_decision(ctx: LabContext, d: GuardDecision) -> None:
+def _decision_event(d: GuardDecision) -> Any:
     from labwarden.transcripts import events
 
-    ctx.log(events.GuardDecision(tool=d.tool, decision=d.decision, code=d.code, reason=d.reason,
-                                 remedy=d.remedy, changes=d.changes))
+    return events.GuardDecision(tool=d.tool, decision=d.decision, code=d.code, reason=d.reason,
+                                remedy=d.remedy, changes=d.changes)
 
 
-def _log_call(ctx: LabContext, record: ToolCallRecord, conditions: dict[str, Any] | None) -> None:
+def _call_event(record: ToolCallRecord, conditions: dict[str, Any] | None) -> Any:
     from labwarden.transcripts import events
 
     payload = record.result if record.ok else (record.error.model_dump() if record.error else None)
-    ctx.log(events.ToolCalled.of(record, result_json=json.dumps(payload, default=str),
-                                 conditions=conditions))
+    return events.ToolCalled.of(record, result_json=json.dumps(payload, default=str),
+                                conditions=conditions)
 
 
 def _refused(ctx: LabContext, record: ToolCallRecord, d: GuardDecision) -> ToolCallRecord:
-    _log_decision(ctx, d)
     record.error = ToolFailure(kind="refused" if d.code != "invalid_input" else "invalid_input",
                                code=d.code, message=d.reason, remedy=d.remedy)
-    _log_call(ctx, record, None)
+    ctx.log(_decision_event(d), _call_event(record, None))  # one transaction
     return record
 
 
@@ -70,14 +69,19 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
                                                    reason=failure.message, remedy=failure.remedy))
     record.args = inp.model_dump(mode="json")
     conditions = None
+    pending: list[Any] = []
     health_before = ctx.state.board_health
     if ctx.guard is not None:
         try:
             decisions = await ctx.guard.check(spec, record.args)
         except Refused as exc:
             return _refused(ctx, record, exc.decision)
-        for d in decisions:
-            _log_decision(ctx, d)
+        # A heal changed the DUT: committed now, before the tool runs. A plain allow is
+        # committed with the call's own event below (one fsync per call instead of two).
+        heals = [_decision_event(d) for d in decisions if d.decision == "heal"]
+        if heals:
+            ctx.log(*heals)
+        pending = [_decision_event(d) for d in decisions if d.decision != "heal"]
         conditions = ctx.guard.last_conditions
     t0 = time.monotonic()
     mark = len(ctx.messages)
@@ -114,6 +118,6 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         if ctx.guard is not None:
             after = ctx.guard.after(spec, record.args, record.ok, record.result, health_before)
             if after is not None:
-                _log_decision(ctx, after)
-        _log_call(ctx, record, conditions)
+                pending.append(_decision_event(after))
+        ctx.log(*pending[:1], _call_event(record, conditions), *pending[1:])
     return record

@@ -29,6 +29,8 @@ class SweepInput(BaseModel):
                                 "vlab's load is associations only, so its windows are all idle")
     perf: bool = Field(True, description="perf record at the densest point (first rep)")
     settle_s: float = Field(2.0, ge=0, le=60)
+    label: str | None = Field(None, max_length=64, description="stage name for reports, e.g. "
+                              "'baseline' or '0901+0902'", examples=["baseline"])
 
     @field_validator("densities")
     @classmethod
@@ -53,6 +55,7 @@ class SweepPoint(BaseModel):
 
 class SweepRecord(BaseModel):
     id: str
+    label: str | None = None
     started_at: datetime
     window_s: float
     reps: int
@@ -64,6 +67,7 @@ class SweepRecord(BaseModel):
 
 class SweepOutput(BaseModel):
     sweep_id: str
+    label: str | None
     build_id: str | None
     points: list[SweepPoint]
     cleanup_count: int
@@ -97,13 +101,13 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
     finally:
         await associate.run(ctx, associate.AssociateInput(stations=0))
     cleanup = (await knobs.datamodel_count(ctx.device, ctx.profile)).get("total", -1)
-    record = SweepRecord(id=sid, started_at=started, window_s=inp.window_s, reps=inp.reps,
+    record = SweepRecord(id=sid, label=inp.label, started_at=started, window_s=inp.window_s, reps=inp.reps,
                          build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
                          points=points, cleanup_count=cleanup,
                          idle_note=IDLE_NOTE if inp.idle_baseline else None)
     store.save("swp", sid, record)
     await ctx.report(len(inp.densities), len(inp.densities), f"sweep {sid} stored")
-    return SweepOutput(sweep_id=sid, build_id=record.build_id, points=points,
+    return SweepOutput(sweep_id=sid, label=inp.label, build_id=record.build_id, points=points,
                        cleanup_count=cleanup, idle_note=record.idle_note)
 
 

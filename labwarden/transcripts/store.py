@@ -203,6 +203,14 @@ class TranscriptStore:
                                       "start one with start_session() first")
             return self._append_locked(session_id, event)
 
+    def append_many(self, session_id: str, events: list[EventBase]) -> list[StoredEvent]:
+        """Append several events in one transaction (one fsync): all acknowledged, or none."""
+        with self._write():
+            if self.db.execute("SELECT 1 FROM sessions WHERE id = ?", [session_id]).fetchone() is None:
+                raise TranscriptError(f"no session {session_id!r} in {self.path}",
+                                      "start one with start_session() first")
+            return [self._append_locked(session_id, ev) for ev in events]
+
     def end_session(self, session_id: str, reason: str = "done") -> StoredEvent:
         """Write session_ended."""
         return self.append(session_id, SessionEnded(reason=reason))

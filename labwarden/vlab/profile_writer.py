@@ -84,6 +84,12 @@ vaps = {json.dumps(vaps)}
 channels = {{ {", ".join(f"{k} = {_q(v)}" for k, v in channels.items())} }}
 reload = ["service", "stad", "restart"]
 
+[levers]
+trace_config = "trace"
+trace_reload = ["service", "stad", "restart"]
+monitor_config = "stamon"
+monitor_reload = ["service", "stamon", "restart"]
+
 [gates]
 unknown_frames_pct_max = 1.0
 rss_per_client_kb_max = 64.0

@@ -1,0 +1,127 @@
+"""Tool-call overhead, measured side by side in one run.
+
+1. guard + transcript per call over a no-op tool, against calling the function bare, with the
+   fsync floor (one sqlite WAL commit with synchronous=FULL in the same directory) beside it;
+2. an MCP stdio round trip of the no-op tool on labwarden's server against a bare MCPServer.
+Targets: guard + transcript <= 1 ms p50; MCP round trip within 1.2x of the bare server.
+
+    .venv/bin/python bench/tool_overhead.py [-n 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _noop
+
+from labwarden.lab.profile import LabProfile
+from labwarden.tools.context import open_lab
+from labwarden.tools.runner import call_tool
+from labwarden.vlab import control
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000
+
+
+async def timed(n: int, fn) -> list[float]:  # type: ignore[no-untyped-def]
+    out = []
+    for i in range(n):
+        t = time.perf_counter()
+        await fn(i)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def fsync_floor(d: Path, n: int) -> list[float]:
+    db = sqlite3.connect(d / "floor.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE t (x TEXT)")
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO t VALUES ('x')")
+        db.execute("COMMIT")
+        out.append(time.perf_counter() - t)
+    return out
+
+
+async def in_process(lab: Path, n: int, tmp: Path) -> list[tuple[str, list[float]]]:
+    _noop.register()
+    profile = LabProfile.from_file(lab)
+    rows = []
+    async with open_lab(profile, guarded=False) as ctx:
+        rows.append(("bare function", await timed(n, lambda i: _noop.noop(ctx, _noop.NoopInput(n=i)))))
+        rows.append(("runner, no guard, no transcript",
+                     await timed(n, lambda i: call_tool(ctx, "noop", {"n": i}))))
+    for label, db in (("runner + guard + transcript (disk)", tmp / "t.db"),
+                      ("runner + guard + transcript (tmpfs)", Path("/dev/shm") / f"lw-bench-{tmp.name}.db")):
+        async with open_lab(profile, transcript=db, client="bench") as ctx:
+            rows.append((label, await timed(n, lambda i: call_tool(ctx, "noop", {"n": i}))))
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(db) + suffix).unlink(missing_ok=True)
+    rows.append(("fsync floor: one sqlite WAL+FULL commit", fsync_floor(tmp, n)))
+    return rows
+
+
+async def mcp_rtt(lab: Path, n: int, tmp: Path) -> list[tuple[str, list[float]]]:
+    from mcp import Client, StdioServerParameters
+
+    rows = []
+    here = str(Path(__file__).parent / "_noop.py")
+    for label, args in (("MCP stdio: bare MCPServer", [here, "bare"]),
+                        ("MCP stdio: labwarden (guard + transcript)", [here, "labwarden", str(lab),
+                                                                        str(tmp / "mcp.db")])):
+        async with Client(StdioServerParameters(command=sys.executable, args=args)) as client:
+            await client.call_tool("noop", {"n": 0})  # warm
+            rows.append((label, await timed(n, lambda i: client.call_tool("noop", {"n": i}))))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=300)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="lw-bench-"))
+    root = tmp / "vlab"
+    try:
+        control.up(root)
+        lab = root / "lab.toml"
+        rows = asyncio.run(in_process(lab, args.n, tmp))
+        rows += asyncio.run(mcp_rtt(lab, args.n, tmp))
+    finally:
+        control.down(root)
+    table = Table(title=f"tool-call overhead, {args.n} calls each (ms)")
+    for col in ("path", "p50", "p95", "mean"):
+        table.add_column(col, justify="left" if col == "path" else "right")
+    for label, xs in rows:
+        table.add_row(label, f"{pct(xs, .5):.3f}", f"{pct(xs, .95):.3f}", f"{statistics.fmean(xs) * 1000:.3f}")
+    console = Console(width=140)
+    console.print(table)
+    med = {label: pct(xs, .5) for label, xs in rows}
+    bare = med["bare function"]
+    disk = med["runner + guard + transcript (disk)"] - bare
+    shm = med["runner + guard + transcript (tmpfs)"] - bare
+    floor = med["fsync floor: one sqlite WAL+FULL commit"]
+    ratio = med["MCP stdio: labwarden (guard + transcript)"] / med["MCP stdio: bare MCPServer"]
+    console.print(f"guard + transcript over bare, p50: {disk:.3f} ms on disk ({disk / floor:.2f}x the "
+                  f"fsync floor of {floor:.3f} ms), {shm:.3f} ms on tmpfs -- target <= 1 ms")
+    console.print(f"MCP stdio round trip, labwarden / bare: {ratio:.2f}x -- target <= 1.2x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""DUT-side helpers (labwarden/dut/*.c): compiled on the host, uploaded to the DUT's tmp dir.
+
+A helper is built once per (source, compiler) into the lab's data dir and uploaded by SFTP only
+when the DUT's copy is missing or its sha256 differs, so repeated calls cost one `sha256sum`.
+
+Compiler: `cc` from PATH, which fits the vlab (the DUT is this host). A real DUT needs the
+profile's cross compiler; the profile has no key for it yet, so that is left to whoever adds one
+(pass `compiler=`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+from labwarden.lab.device import Device, DeviceError
+from labwarden.lab.profile import LabProfile
+
+HELPERS = {"lw-pause": "lw_pause.c"}
+"""Helper name (its file name on the DUT) -> C source in labwarden/dut/."""
+
+CFLAGS = ("-O2", "-Wall", "-Wextra", "-std=gnu99")
+
+
+class HelperBuildError(DeviceError):
+    """The helper did not compile (or no compiler was found)."""
+
+
+def source(name: str) -> bytes:
+    try:
+        return (resources.files("labwarden.dut") / HELPERS[name]).read_bytes()
+    except KeyError:
+        raise ValueError(f"unknown DUT helper {name!r}; helpers: {', '.join(HELPERS)}") from None
+
+
+def build(name: str, out_dir: Path, compiler: str = "cc") -> Path:
+    """Compile helper `name` into out_dir (cached by sha256 of source, compiler and flags)."""
+    cc = shutil.which(compiler)
+    if cc is None:
+        raise HelperBuildError(f"no C compiler {compiler!r} in PATH to build the DUT helper {name}",
+                               "install gcc (`apt-get install gcc`), or pass the DUT's cross "
+                               "compiler")
+    src = source(name)
+    key = hashlib.sha256(src + "\0".join([cc, *CFLAGS]).encode()).hexdigest()[:16]
+    binary = out_dir / f"{name}-{key}"
+    if binary.is_file():
+        return binary
+    out_dir.mkdir(parents=True, exist_ok=True)
+    src_path = out_dir / f"{name}-{key}.c"
+    src_path.write_bytes(src)
+    tmp = binary.with_suffix(".tmp")
+    res = subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(src_path)], capture_output=True,
+                         text=True, timeout=120)
+    if res.returncode != 0:
+        raise HelperBuildError(f"{compiler} failed on {HELPERS[name]}: {res.stderr.strip()[-400:]}",
+                               "fix the helper source, or check the compiler")
+    tmp.replace(binary)
+    return binary
+
+
+async def ensure(dev: Device, profile: LabProfile, name: str, compiler: str = "cc") -> str:
+    """The helper's path on the DUT, built and uploaded if missing or different."""
+    local = await asyncio.to_thread(build, name, profile.data_dir() / "dut-helpers", compiler)
+    want = await asyncio.to_thread(lambda: hashlib.sha256(local.read_bytes()).hexdigest())
+    remote = f"{profile.dut.paths.tmp.rstrip('/')}/{name}"
+    if (await dev.sha256([remote]))[remote] != want:
+        await dev.put(local, remote)
+    # put() keeps no mode; chmod is cheap and also repairs a copy someone made non-executable
+    await dev.run(["chmod", "0755", remote], check=True)
+    return remote

@@ -1,0 +1,2 @@
+"""Playbooks: deterministic sequences of tool calls (no model) through the same guard and
+transcript as any agent."""

@@ -1,0 +1,139 @@
+"""`labwarden run PLAYBOOK.toml`: run a playbook with a progress display and a summary table."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from labwarden.lab.profile import LabProfile, ProfileError
+from labwarden.playbook import model
+from labwarden.playbook.run import RunRecord, run
+from labwarden.tools.context import open_lab
+from labwarden.tools.record import ToolCallRecord
+
+out = Console()
+
+
+def _parse_sets(sets: list[str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise typer.BadParameter(f"--set {item!r}: expected NAME=VALUE, e.g. --set window_s=3")
+        try:
+            values[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            values[key] = raw
+    return values
+
+
+async def execute(profile: LabProfile, book: model.Playbook, console: Console = out) -> RunRecord:
+    progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
+                        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                        TextColumn("[dim]{task.fields[detail]}"), console=console, transient=False)
+    overall = progress.add_task(book.name, total=len(book.steps), detail="")
+
+    async def on_progress(done: float, total: float | None, message: str) -> None:
+        progress.update(overall, detail=message[:70])
+
+    async def on_step(i: int, step: model.Step, rec: ToolCallRecord | None) -> None:
+        if rec is None:
+            progress.update(overall, description=f"{step.id}: {step.tool}", detail=step.title or "")
+            return
+        progress.advance(overall)
+        mark = "[green]ok[/green]" if rec.ok else "[red]failed[/red]"
+        progress.console.print(f"  {mark} {step.id} ({step.tool}, {rec.duration_s:.1f} s)"
+                               + (f": {escape(step.title)}" if step.title else ""))
+        if not rec.ok and rec.error:
+            progress.console.print(f"    [red]{escape(rec.error.message)}[/red]")
+            if rec.error.remedy:
+                progress.console.print(f"    [yellow]remedy:[/yellow] {escape(rec.error.remedy)}")
+
+    with progress:
+        async with open_lab(profile, progress=on_progress, client="playbook") as ctx:
+            return await run(ctx, book, on_step)
+
+
+def summary(rec: RunRecord) -> list[Table]:
+    tables = []
+    sweeps = [s for s in rec.steps if s.tool == "sweep" and s.record.ok]
+    if sweeps:
+        dens = [p["stations"] for p in sweeps[0].record.result["points"]]  # type: ignore[index]
+        t = Table(title="target CPU % of one core (mean ± stdev) per stage")
+        t.add_column("stage")
+        for d in dens:
+            t.add_column(f"{d} clients", justify="right")
+        for s in sweeps:
+            r = s.record.result or {}
+            t.add_row(r.get("label") or s.id, *[f"{p['cpu_mean']:.2f} ± {p['cpu_stdev']:.2f}"
+                                                 for p in r["points"]])
+        tables.append(t)
+    compares = [s for s in rec.steps if s.tool == "compare" and s.record.ok]
+    if compares:
+        labels = {}
+        for s in sweeps:
+            r = s.record.result or {}
+            labels[r.get("sweep_id")] = r.get("label") or s.id
+        t = Table(title="A/B at the densest point")
+        for col in ("baseline -> candidate", "Δ pp", "Δ %", "p", "verdict"):
+            t.add_column(col, justify="left" if col[0] in "bv" else "right")
+        for s in compares:
+            r = s.record.result or {}
+            d = r["deltas"][-1]
+            base = labels.get(r["baseline"], r["baseline"])
+            cand = labels.get(r["candidate"], r["candidate"])
+            pair = f"{base} -> {cand}"
+            t.add_row(pair, f"{d['delta_pp']:+.2f}", f"{d['delta_pct']:+.1f}", str(d["p_value"]),
+                      d["verdict"])
+        tables.append(t)
+    gates = [s for s in rec.steps if s.tool == "gate_check" and s.record.ok]
+    if gates:
+        t = Table(title="gates")
+        t.add_column("sweep")
+        t.add_column("result")
+        for s in gates:
+            r = s.record.result or {}
+            t.add_row(s.id, "all six passed" if r["passed"] else "FAILED: " + ", ".join(r["failed"]))
+        tables.append(t)
+    unmet = [(s.id, e) for s in rec.steps for e in s.expectations]
+    if unmet:
+        t = Table(title="expectations not met")
+        t.add_column("step")
+        t.add_column("expectation")
+        for sid, e in unmet:
+            t.add_row(sid, e)
+        tables.append(t)
+    return tables
+
+
+def run_cmd(
+    playbook: Annotated[Path, typer.Argument(help="playbook TOML, e.g. playbooks/vlab-hotspot.toml")],
+    lab: Annotated[Path, typer.Option("--lab", help="lab profile (TOML)")] = Path(".vlab/lab.toml"),
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override a var: NAME=VALUE "
+                                                   "(JSON), repeatable")] = None,
+) -> None:
+    """Run a playbook: a deterministic sequence of tool calls (no model) through the same guard and
+    transcript as any agent; prints each step, a summary, and the report path if it writes one."""
+    try:
+        profile = LabProfile.from_file(lab)
+        book = model.load(playbook, _parse_sets(set_ or []))
+    except (ProfileError, model.PlaybookError) as exc:
+        out.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    rec = asyncio.run(execute(profile, book))
+    for table in summary(rec):
+        out.print(table)
+    report = next((s for s in rec.steps if s.tool == "report" and s.record.ok), None)
+    if report:
+        out.print(f"report: {report.record.result['path']}")  # type: ignore[index]
+    out.print(f"run {rec.id}: {len(rec.steps)} steps in {rec.duration_s:.0f} s; transcript session "
+              f"{rec.session_id}" + ("" if rec.ok else f"; [red]stopped at {rec.stopped_at}[/red]"))
+    raise typer.Exit(0 if rec.ok and not any(s.expectations for s in rec.steps) else 1)

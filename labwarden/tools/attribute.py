@@ -1,0 +1,256 @@
+"""attribute: pause one suspect process (from the profile's allowlist) for a window and measure
+the target's CPU before, during and after: how much of the target's load the suspect causes.
+
+Mutates DUT state reversibly: the suspect is held in a ptrace stop by the DUT-side helper
+lw-pause (labwarden/dut/lw_pause.c), which resumes it at the deadline, when the SSH session
+drops, or when it dies (the kernel detaches a dead tracer's tracees), so a crashed or
+disconnected server cannot leave the suspect stopped. The window is capped at MAX_WINDOW_S.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from labwarden.lab import dutproc, sampler
+from labwarden.lab.device import Device, DeviceError
+from labwarden.lab.duthelpers import ensure
+from labwarden.lab.dutproc import ProcInstance
+from labwarden.lab.procfs import parse_stat
+from labwarden.tools.context import LabContext
+from labwarden.tools.errors import ToolError
+from labwarden.tools.spec import ToolSpec, describe
+
+log = logging.getLogger(__name__)
+MAX_WINDOW_S = 60.0
+"""Longest pause the tool will hold."""
+MARGIN_S = 1.0
+"""The helper's deadline is the window plus this: the tool releases first; the deadline is the
+fallback if the release never reaches the DUT."""
+PROTECTED = frozenset({"init", "procd", "systemd", "sshd", "dropbear", "ubusd", "netifd"})
+"""Never paused, even if a profile lists them: pausing them cuts off or wedges the DUT."""
+_ANCESTORS = ('p=$$; while [ "$p" -gt 1 ] 2>/dev/null; do echo "$p"; '
+              'read -r st < "/proc/$p/stat" || break; st=${st##*\\)}; set -- $st; p=$2; done')
+"""Constant script: our DUT shell's parent chain (the DUT's sshd is in it)."""
+
+
+class AttributeInput(BaseModel):
+    suspect: str = Field(description="process to pause; must be in the profile's [target] suspects",
+                         examples=["stamon"])
+    window_s: float = Field(10, gt=0, description=f"pause length, s (at most {MAX_WINDOW_S:g})",
+                            examples=[20])
+    baseline_s: float | None = Field(None, gt=0, le=600, description="length of the before and "
+                                     "after measurements, s (default: window_s)")
+
+    @field_validator("window_s")
+    @classmethod
+    def _capped(cls, v: float) -> float:
+        if v > MAX_WINDOW_S:
+            raise ValueError(f"window_s {v:g} is above the cap MAX_WINDOW_S = {MAX_WINDOW_S:g} s; "
+                             "pause for at most that long (repeat the call for more data)")
+        return v
+
+    @model_validator(mode="after")
+    def _default_baseline(self) -> AttributeInput:
+        if self.baseline_s is None:
+            self.baseline_s = self.window_s
+        return self
+
+
+class AttributeOutput(BaseModel):
+    suspect: str
+    suspect_pid: int
+    before_pct: float = Field(description="target CPU before the pause, % of one core")
+    during_pct: float = Field(description="target CPU while the suspect was paused")
+    after_pct: float = Field(description="target CPU after the suspect resumed")
+    drop_pct: float = Field(description="(before - during) / before, %")
+    resumed: bool = Field(description="the suspect runs again, same instance (pid + start time)")
+    resumed_after_s: float = Field(description="from releasing the pause to seeing it run")
+    resumed_by: str = Field(description="release (we closed the helper's session) | deadline | "
+                            "hangup | session lost | helper exited | sigcont (last resort) | none")
+    pause_held: bool = Field(description="the suspect stayed paused for the whole window; if not, "
+                             "during_pct mixes paused and running time")
+    window_s: float
+    notes: list[str] = Field(default_factory=list)
+
+
+async def _stat_state(dev: Device, pid: int) -> tuple[str, int] | None:
+    try:
+        st = parse_stat((await dev.read_file(f"/proc/{pid}/stat")).decode())
+    except (DeviceError, ValueError, IndexError):
+        return None
+    return st.state, st.starttime
+
+
+async def _check_suspect(ctx: LabContext, name: str) -> ProcInstance:
+    prof, dev = ctx.profile, ctx.device
+    if name == prof.target.process:
+        raise ToolError("refused", f"{name} is the target process itself: pausing it measures nothing",
+                        f"name a suspect that loads {name}, e.g. one of {prof.target.suspects}")
+    if name in PROTECTED:
+        raise ToolError("refused", f"{name} is a system process (init, SSH server, bus) and is never "
+                        "paused", "pick a suspect from [target] suspects")
+    if name not in prof.target.suspects:
+        raise ToolError("refused", f"{name} is not in the profile's allowlist [target] suspects = "
+                        f"{prof.target.suspects}", "add it to [target] suspects in the lab profile "
+                        "if pausing it is safe")
+    inst = await dutproc.instance(dev, name, prof.target.pidfile(name))
+    if inst is None:
+        raise ToolError("device", f"suspect {name} is not running on the DUT", "lab_status; "
+                        "is the process manager on?")
+    if inst.pid == 1:
+        raise ToolError("refused", f"{name} resolves to pid 1 (init)", "fix [target] pidfiles")
+    chain = {int(p) for p in (await dev.run(["sh", "-c", _ANCESTORS], check=True)).stdout.split()}
+    if inst.pid in chain:
+        raise ToolError("refused", f"{name} resolves to pid {inst.pid}, an ancestor of our SSH "
+                        "session (the DUT's sshd)", "fix [target] pidfiles / suspects")
+    target = await dutproc.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
+    if target is not None and target.pid == inst.pid:
+        raise ToolError("refused", f"{name} resolves to the target's pid {inst.pid}",
+                        "fix [target] pidfiles")
+    now = await _stat_state(dev, inst.pid)
+    if now is None or now[1] != inst.starttime:
+        raise ToolError("device", f"{name} (pid {inst.pid}) exited while being checked", "retry")
+    if now[0] in "tT":
+        raise ToolError("refused", f"{name} (pid {inst.pid}) is already stopped (state {now[0]}): "
+                        "someone else holds it", "find who stopped it (TracerPid in "
+                        f"/proc/{inst.pid}/status) before attributing")
+    return inst
+
+
+async def _cpu(dev: Device, pid: int, seconds: float, clk_tck: int) -> float:
+    n = max(2, math.ceil(seconds - 1e-9) + 1)
+    res = await dev.run(sampler.argv(pid, n), timeout=n + 15, cap=1 << 20)
+    got = sampler.parse(res.stdout)
+    if got.gone or len(got.samples) < 2 or got.restarted():
+        raise ToolError("device", f"the target (pid {pid}) exited or restarted while measured",
+                        "lab_status; then retry")
+    return round(got.cpu_mean(clk_tck), 2)
+
+
+async def _wait_state(dev: Device, inst: ProcInstance, stopped: bool, timeout: float,
+                      until: asyncio.Task[object] | None = None) -> bool:
+    """Poll the suspect's state until it is (not) in a stop; False on timeout or if `until` ends."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = await _stat_state(dev, inst.pid)
+        if now is None or now[1] != inst.starttime:
+            return False
+        if (now[0] in "tT") == stopped:
+            return True
+        if until is not None and until.done():
+            return False
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def _last_resort(dev: Device, inst: ProcInstance, notes: list[str]) -> bool:
+    """The helper did not let go: kill it (the kernel detaches), then SIGCONT a plain stop."""
+    status = (await dev.read_file(f"/proc/{inst.pid}/status")).decode(errors="replace")
+    tracer = next((int(line.split()[1]) for line in status.splitlines()
+                   if line.startswith("TracerPid:")), 0)
+    if tracer > 1:
+        comm = (await dev.read_file(f"/proc/{tracer}/comm")).decode().strip()
+        if comm == "lw-pause":
+            await dev.signal(tracer, "KILL")
+            notes.append(f"lw-pause (pid {tracer}) still held the suspect: killed it")
+    if await _wait_state(dev, inst, stopped=False, timeout=1.0):
+        return True
+    await dev.signal(inst.pid, "CONT")
+    notes.append(f"suspect pid {inst.pid} was still stopped: sent SIGCONT as a last resort")
+    return await _wait_state(dev, inst, stopped=False, timeout=2.0)
+
+
+def _ended_by(pause: asyncio.Task[object]) -> str:
+    """How a finished helper let go: its last line is "resumed PID REASON"."""
+    if pause.cancelled() or pause.exception() is not None:
+        return "session lost"
+    words = getattr(pause.result(), "stdout", "").split()
+    return words[-1] if len(words) >= 3 and words[-3] == "resumed" else "helper exited"
+
+
+async def _release(dev: Device, inst: ProcInstance, pause: asyncio.Task[object],
+                   notes: list[str]) -> tuple[bool, float, str]:
+    """End the pause (close the helper's channel), then verify the suspect runs again."""
+    t0 = time.monotonic()
+    by = _ended_by(pause) if pause.done() else "release"
+    pause.cancel()  # Device.exec closes its channel; the DUT's sshd hangs the helper up
+    await asyncio.wait([pause])
+    if not pause.cancelled() and pause.exception() is not None:  # retrieved: no asyncio warning
+        notes.append(f"the helper's session ended with: {pause.exception()}")
+    ok = await _wait_state(dev, inst, stopped=False, timeout=3.0)
+    if not ok:
+        ok = await _last_resort(dev, inst, notes)
+        by = "sigcont" if ok else "none"
+    return ok, round(time.monotonic() - t0, 3), by
+
+
+async def run(ctx: LabContext, inp: AttributeInput) -> AttributeOutput:
+    dev, prof = ctx.device, ctx.profile
+    baseline_s = inp.baseline_s or inp.window_s
+    await ctx.report(0, 5, f"checking suspect {inp.suspect}")
+    inst = await _check_suspect(ctx, inp.suspect)
+    target = await dutproc.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
+    if target is None:
+        raise ToolError("device", f"the target {prof.target.process} is not running", "lab_status")
+    clk_tck = int((await dev.run(["getconf", "CLK_TCK"], check=True)).stdout.strip())
+    helper = await ensure(dev, prof, "lw-pause")
+
+    await ctx.report(1, 5, f"measuring {prof.target.process} for {baseline_s:g} s before")
+    before = await _cpu(dev, target.pid, baseline_s, clk_tck)
+
+    await ctx.report(2, 5, f"pausing {inp.suspect} (pid {inst.pid}) for {inp.window_s:g} s")
+    deadline_ms = int((inp.window_s + MARGIN_S) * 1000)
+    argv = [helper, str(inst.pid), str(inst.starttime), str(deadline_ms)]
+    pause: asyncio.Task[object] = asyncio.create_task(
+        dev.exec(argv, timeout=inp.window_s + MARGIN_S + 30))
+    notes: list[str] = []
+    released = False
+    try:
+        if not await _wait_state(dev, inst, stopped=True, timeout=5.0, until=pause):
+            res = await pause if pause.done() else None
+            why = res.stderr.strip() if res is not None else "it did not stop within 5 s"
+            raise ToolError("refused" if res is not None and res.exit_status == 2 else "device",
+                            f"lw-pause did not pause {inp.suspect} (pid {inst.pid}): {why}",
+                            "check that the suspect is the same instance and ptrace is allowed")
+        during = await _cpu(dev, target.pid, inp.window_s, clk_tck)
+        held = not pause.done() and await _wait_state(dev, inst, stopped=True, timeout=0.5)
+        if not held:
+            notes.append("the pause ended before the window did: during_pct is not clean")
+        await ctx.report(3, 5, f"resuming {inp.suspect}")
+        resumed, after_s, by = await _release(dev, inst, pause, notes)
+        released = True
+    finally:
+        if not released:  # failure or cancellation: the pause must not outlive this call
+            outcome = "could not be verified (DUT unreachable?)"
+            with contextlib.suppress(Exception):
+                ok, _, by = await asyncio.shield(_release(dev, inst, pause, notes))
+                outcome = f"resumed ({by})" if ok else "STILL STOPPED: SIGCONT did not help"
+            # no await here: the progress sink may be gone when the call was cancelled
+            ctx.messages.append(f"attribute aborted: {inp.suspect} (pid {inst.pid}) {outcome}"
+                                + "".join(f"; {n}" for n in notes))
+            log.warning("%s", ctx.messages[-1])
+    now = await dutproc.instance(dev, inp.suspect, prof.target.pidfile(inp.suspect))
+    if now is None or (now.pid, now.starttime) != (inst.pid, inst.starttime):
+        resumed = False
+        notes.append(f"{inp.suspect} is no longer pid {inst.pid} (it exited or restarted)")
+
+    await ctx.report(4, 5, f"measuring {prof.target.process} for {baseline_s:g} s after")
+    after = await _cpu(dev, target.pid, baseline_s, clk_tck)
+    drop = round(100.0 * (before - during) / before, 1) if before > 0 else 0.0
+    await ctx.report(5, 5, f"{prof.target.process} CPU {before:g}% -> {during:g}% while "
+                     f"{inp.suspect} paused ({drop:g}% drop), {after:g}% after")
+    return AttributeOutput(suspect=inp.suspect, suspect_pid=inst.pid, before_pct=before,
+                           during_pct=during, after_pct=after, drop_pct=drop, resumed=resumed,
+                           resumed_after_s=after_s, resumed_by=by, pause_held=held, window_s=inp.window_s,
+                           notes=notes)
+
+
+SPEC = ToolSpec(name="attribute", description=describe(__doc__),
+                input=AttributeInput, output=AttributeOutput, run=run, effect="mutates_dut",
+                requires=frozenset({"lease"}), budget_class="measure")

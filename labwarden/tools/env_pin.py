@@ -1,0 +1,54 @@
+"""env_pin: pin the measurement conditions and set the profile's config levers -- governor
+performance, boost off, topology as the profile names it, process manager on; optionally lower
+the trace zones (the config half of a trace short-circuit) and choose the monitor's RPC.
+
+Mutates DUT configuration (every change is listed in the result and the transcript). A reboot
+undoes the runtime part (drift): the guard heals that before measuring, if its policy allows.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from labwarden.guardrails.untrusted import DeviceText
+from labwarden.lab import knobs
+from labwarden.lab.knobs import KnobState
+from labwarden.tools.context import LabContext
+from labwarden.tools.spec import ToolSpec, describe
+
+
+class EnvPinInput(BaseModel):
+    trace_zone_max: int | None = Field(None, ge=0, le=1000, description="lower every trace zone "
+                                       "above this level to it (e.g. 200: INFO traces then "
+                                       "short-circuit with patch 0100)", examples=[200])
+    monitor_rpc: Literal["full", "brief"] | None = Field(None, description="which stats RPC the "
+                                                         "monitor polls (brief needs patch 0902)")
+
+
+class EnvPinOutput(BaseModel):
+    changes: list[DeviceText] = Field(description="what was changed, one line each")
+    knobs: list[KnobState] = Field(description="the pinned state after the changes")
+
+
+async def run(ctx: LabContext, inp: EnvPinInput) -> EnvPinOutput:
+    prof, dev = ctx.profile, ctx.device
+    changes: list[str] = []
+    for name, apply in (("governor", knobs.pin_governor), ("boost", knobs.pin_boost),
+                        ("procmgr", knobs.pin_procmgr), ("topology", knobs.pin_topology)):
+        await ctx.report(len(changes), None, f"pinning {name}")
+        changes += await apply(dev, prof)
+    if inp.trace_zone_max is not None:
+        changes += await knobs.set_trace_max(dev, prof, inp.trace_zone_max)
+    if inp.monitor_rpc is not None:
+        changes += await knobs.set_monitor_rpc(dev, prof, inp.monitor_rpc)
+    topo = knobs.judge_topology(await knobs.topology(dev, prof), prof)
+    states = [await knobs.governor(dev, prof), await knobs.boost(dev, prof), topo,
+              await knobs.procmgr(dev, prof)]
+    return EnvPinOutput(changes=changes, knobs=states)
+
+
+SPEC = ToolSpec(name="env_pin", description=describe(__doc__), input=EnvPinInput,
+                output=EnvPinOutput, run=run, effect="mutates_dut", requires=frozenset({"lease"}),
+                idempotent=True)

@@ -1,0 +1,300 @@
+"""attribute against the vlab with real ptrace: the measurement at 114 stations, refusals, and the
+dead-man guarantees (server killed, connection dropped, helper killed, deadline, cancellation):
+each time the suspect must run again within a few seconds, never wait out the window."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from labwarden.lab import duthelpers
+from labwarden.lab.profile import LabProfile
+from labwarden.tools.attribute import MAX_WINDOW_S
+from labwarden.tools.context import LabContext, open_lab
+from labwarden.tools.record import ToolCallRecord
+from labwarden.tools.runner import call_tool
+from labwarden.vlab import control
+from labwarden.vlab.layout import VlabLayout
+
+from .tooling import ok
+
+pytestmark = [pytest.mark.anyio, pytest.mark.vlab]
+TRIALS = 10
+SHORT = {"suspect": "stamon", "window_s": 2, "baseline_s": 1}
+LONG = {"suspect": "stamon", "window_s": 20, "baseline_s": 1}
+RESUME_WITHIN_S = 3.0
+"""Drop -> running again: 'deadline + 2 s' where the deadline is the drop itself (window: 20 s)."""
+TIMES: dict[str, list[float]] = {}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
+    root = tmp_path_factory.mktemp("attrlab")
+    try:
+        control.up(root)
+        yield VlabLayout.at(root)
+    finally:
+        control.down(root)
+        for name, times in TIMES.items():  # shown with -s; the report quotes them
+            if times:
+                print(f"\n{name}: max {max(times):.3f} s over {len(times)} trials")
+
+
+def _pid(layout: VlabLayout, name: str) -> int:
+    return int((layout.run_dir / f"{name}.pid").read_text())
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+def _tracer(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("TracerPid:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _running(pid: int) -> bool:
+    return _state(pid) not in "tT" and _tracer(pid) == 0
+
+
+async def _until(pred: Callable[[], bool], timeout: float) -> float:
+    """Seconds until pred() holds (polled every 5 ms); fails the test after timeout."""
+    t0 = time.monotonic()
+    while not pred():
+        if time.monotonic() - t0 > timeout:
+            pytest.fail(f"condition not met within {timeout} s")
+        await asyncio.sleep(0.005)
+    return time.monotonic() - t0
+
+
+class _ResumeWatch:
+    """Times the resume from a thread polling /proc every ms, armed at the drop: the test's event
+    loop also runs the tool (reconnects, transcript writes) and may lag behind the DUT."""
+
+    def __init__(self, pid: int, name: str):
+        self.pid, self.name = pid, name
+        self.resumed_at: float | None = None
+        self.t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        deadline = self.t0 + 30
+        while time.monotonic() < deadline:
+            if _running(self.pid):
+                self.resumed_at = time.monotonic()
+                return
+            time.sleep(0.001)
+
+    def took(self, within: float = RESUME_WITHIN_S) -> float:
+        """Seconds from arming to the resume; fails unless it resumed within `within`."""
+        self._thread.join(within)
+        if self.resumed_at is None:
+            pytest.fail(f"{self.name}: the suspect was still stopped {within} s after the drop")
+        took = self.resumed_at - self.t0
+        TIMES.setdefault(self.name, []).append(took)
+        return took
+
+
+async def _call(layout: VlabLayout, args: dict[str, Any], profile: LabProfile | None = None,
+                guarded: bool = False) -> ToolCallRecord:
+    """The tool through the real runner; unguarded by default, so the tool's own checks and the
+    pause mechanism are what is tested (the guard is tested in its own module)."""
+    prof = profile or LabProfile.from_file(layout.lab_toml)
+    async with open_lab(prof, guarded=guarded) as ctx:
+        return await call_tool(ctx, "attribute", args)
+
+
+async def test_attribute_stamon_at_114(lab: VlabLayout) -> None:
+    await ok(lab, "associate", {"stations": 114})
+    pid = _pid(lab, "stamon")
+    res = await ok(lab, "attribute", SHORT)
+    print(f"\nattribute @114: {res}")
+    assert res["suspect_pid"] == pid and res["resumed"] and res["pause_held"]
+    assert res["before_pct"] > 10
+    assert res["during_pct"] < 0.1 * res["before_pct"] and res["drop_pct"] > 90
+    assert res["resumed_by"] == "release" and res["notes"] == []
+    assert _pid(lab, "stamon") == pid and _running(pid)
+
+
+@pytest.mark.parametrize("args, kind, words", [
+    ({"suspect": "stad"}, "refused", "target process itself"),
+    ({"suspect": "sshd"}, "refused", "never paused"),
+    ({"suspect": "init"}, "refused", "never paused"),
+    ({"suspect": "nosuchd"}, "refused", "allowlist"),
+    ({"suspect": "stamon", "window_s": MAX_WINDOW_S + 1}, "invalid_input", "MAX_WINDOW_S = 60"),
+])
+async def test_refusals_pause_nothing(lab: VlabLayout, args: dict[str, object], kind: str,
+                                      words: str) -> None:
+    rec = await _call(lab, args)  # the tool's own checks
+    assert not rec.ok and rec.error is not None
+    assert rec.error.kind == kind and words in rec.error.message, rec.error
+    rec = await _call(lab, args, guarded=True)  # the guard refuses first (or the schema does)
+    assert not rec.ok and rec.error is not None and rec.error.kind == kind, rec.error
+    for name in ("stad", "stamon"):
+        assert _running(_pid(lab, name))
+
+
+async def test_refuses_what_resolves_to_sshd_or_pid1(lab: VlabLayout, tmp_path: Path) -> None:
+    """Names pass the checks, pids do not: the DUT's sshd (our session's ancestor) and pid 1."""
+    dutd = int(lab.dutd_pid.read_text())
+    dutd_comm = Path(f"/proc/{dutd}/comm").read_text().strip()
+    init_comm = Path("/proc/1/comm").read_text().strip()
+    (tmp_path / "one.pid").write_text("1\n")
+    prof = LabProfile.from_file(lab.lab_toml)
+    pidfiles = {**prof.target.pidfiles, dutd_comm: str(lab.dutd_pid), init_comm: str(tmp_path / "one.pid")}
+    prof.target = prof.target.model_copy(update={"suspects": [dutd_comm, init_comm],
+                                                 "pidfiles": pidfiles})
+    for name, words in ((dutd_comm, "ancestor of our SSH session"), (init_comm, "pid 1")):
+        rec = await _call(lab, {"suspect": name, "window_s": 1}, profile=prof)
+        assert rec.error is not None and rec.error.kind == "refused", rec.error
+        assert words in rec.error.message
+    assert _state(dutd) not in "tT" and _tracer(dutd) == 0
+
+
+async def test_helper_refuses_wrong_starttime(lab: VlabLayout) -> None:
+    pid = _pid(lab, "stamon")
+    prof = LabProfile.from_file(lab.lab_toml)
+    async with open_lab(prof) as ctx:
+        helper = await duthelpers.ensure(ctx.device, prof, "lw-pause")
+        res = await ctx.device.exec([helper, str(pid), "12345", "1000"])
+        assert res.exit_status == 2 and "start time differs" in res.stderr
+        res = await ctx.device.exec([helper, "1", "0", "1000"])
+        assert res.exit_status == 2 and "pid 1" in res.stderr
+    assert _running(pid)
+
+
+async def test_upload_is_cached_by_sha256(lab: VlabLayout) -> None:
+    prof = LabProfile.from_file(lab.lab_toml)
+    async with open_lab(prof) as ctx:
+        path = await duthelpers.ensure(ctx.device, prof, "lw-pause")
+        mtime = os.stat(path).st_mtime_ns
+        assert await duthelpers.ensure(ctx.device, prof, "lw-pause") == path
+        assert os.stat(path).st_mtime_ns == mtime, "re-uploaded although unchanged"
+        Path(path).write_bytes(b"changed")
+        await duthelpers.ensure(ctx.device, prof, "lw-pause")
+        assert Path(path).read_bytes() != b"changed" and os.access(path, os.X_OK)
+
+
+async def test_deadline_resumes_without_release(lab: VlabLayout) -> None:
+    """Connection open, controller silent: the helper lets go at its own deadline."""
+    pid = _pid(lab, "stamon")
+    start = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    prof = LabProfile.from_file(lab.lab_toml)
+    async with open_lab(prof) as ctx:
+        helper = await duthelpers.ensure(ctx.device, prof, "lw-pause")
+        t0 = time.monotonic()
+        task = asyncio.create_task(ctx.device.exec([helper, str(pid), start, "1500"]))
+        await _until(lambda: not _running(pid), 2)
+        res = await task
+        waited = time.monotonic() - t0
+    assert res.exit_status == 0 and res.stdout.split() == ["paused", str(pid), "resumed", str(pid),
+                                                           "deadline"]
+    assert 1.4 < waited < 1.5 + 2 and _running(pid)
+
+
+async def test_killing_the_helper_resumes(lab: VlabLayout) -> None:
+    """SIGKILL to lw-pause itself: the kernel detaches its tracee (FACTS: verified, not assumed)."""
+    pid = _pid(lab, "stamon")
+    task = asyncio.create_task(_call(lab, {**SHORT, "window_s": 3}))
+    await _until(lambda: not _running(pid), 10)
+    await asyncio.sleep(0.5)  # let the tool see the pause too, then pull it from under it
+    helper = _tracer(pid)
+    assert Path(f"/proc/{helper}/comm").read_text().strip() == "lw-pause"
+    watch = _ResumeWatch(pid, "helper SIGKILLed -> running")
+    os.kill(helper, signal.SIGKILL)
+    assert watch.took(1.0) < 1.0
+    rec = await task
+    assert rec.ok and rec.result is not None, rec.error
+    assert not rec.result["pause_held"] and rec.result["resumed"]
+    assert rec.result["resumed_by"] == "helper exited"
+
+
+_CHILD = """
+import asyncio, sys
+from labwarden.lab.profile import LabProfile
+from labwarden.tools import attribute
+from labwarden.tools.context import open_lab
+async def main():
+    async with open_lab(LabProfile.from_file(sys.argv[1]), guarded=False) as ctx:
+        await attribute.run(ctx, attribute.AttributeInput.model_validate({ARGS}))
+asyncio.run(main())
+"""
+"""The server in miniature: the tool called straight (the registry imports scipy, slow to start)."""
+
+
+async def _kill_server_once(lab: VlabLayout, pid: int, script: str) -> float:
+    child = subprocess.Popen([sys.executable, "-c", script, str(lab.lab_toml)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        await _until(lambda: not _running(pid) or child.poll() is not None, 60)
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        watch = _ResumeWatch(pid, "server SIGKILLed -> running")
+        child.kill()
+        return watch.took()
+    finally:
+        child.kill()
+        child.wait()
+
+
+async def test_server_killed_mid_window(lab: VlabLayout) -> None:
+    """kill -9 of the process running the tool: its TCP connection closes, the DUT's sshd hangs
+    up the helper's session, the helper detaches -- seconds, not the 20 s window."""
+    pid = _pid(lab, "stamon")
+    script = _CHILD.replace("{ARGS}", repr(LONG))
+    for _ in range(TRIALS):
+        await _kill_server_once(lab, pid, script)
+        assert _pid(lab, "stamon") == pid
+
+
+async def _drop_once(ctx: LabContext, pid: int) -> float:
+    task = asyncio.create_task(call_tool(ctx, "attribute", LONG))
+    await _until(lambda: not _running(pid) or task.done(), 20)
+    assert not task.done(), task.result()
+    conn = ctx.device._conn
+    assert conn is not None
+    watch = _ResumeWatch(pid, "connection dropped -> running")
+    conn.abort()  # the TCP connection goes away as if the network dropped
+    took = await asyncio.to_thread(watch.took)
+    rec = await task  # the tool notices, reconnects, and confirms the resume
+    assert rec.error is not None and rec.error.kind == "device", rec
+    assert "SIGCONT" not in " ".join(rec.progress)
+    return took
+
+
+async def test_connection_dropped_mid_window(lab: VlabLayout) -> None:
+    pid = _pid(lab, "stamon")
+    prof = LabProfile.from_file(lab.lab_toml)
+    async with open_lab(prof, guarded=False) as ctx:
+        for _ in range(TRIALS):
+            await _drop_once(ctx, pid)
+    assert _pid(lab, "stamon") == pid and _running(pid)
+
+
+async def test_cancelled_attribution_resumes(lab: VlabLayout) -> None:
+    pid = _pid(lab, "stamon")
+    task = asyncio.create_task(_call(lab, LONG))
+    await _until(lambda: not _running(pid), 10)
+    watch = _ResumeWatch(pid, "task cancelled -> running")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _running(pid), "the cancelled call returned with its suspect still stopped"
+    watch.took()

@@ -1,0 +1,78 @@
+"""Playbooks: reference resolution, file errors, and a real run on the vlab ending in a report
+that headless Chromium opens (DOM checked, screenshot kept as a test artifact)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from labwarden.cli import app
+from labwarden.playbook import model, refs
+from labwarden.vlab import control
+from labwarden.vlab.layout import VlabLayout
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_references_keep_types_and_interpolate() -> None:
+    scope = {"vars": {"d": [6, 18]}, "s": {"points": [{"id": "a"}, {"id": "b"}]}}
+    assert refs.resolve("${vars.d}", scope) == [6, 18]
+    assert refs.resolve({"x": ["${s.points[-1].id}", "p-${s.points[0].id}"]}, scope) == {"x": ["b", "p-a"]}
+    with pytest.raises(refs.RefError, match=r"nothing at 'points\[5\]'"):
+        refs.resolve("${s.points[5].id}", scope)
+    assert refs.resolve("no $refs {here}", scope) == "no $refs {here}"
+
+
+def test_playbook_errors_name_the_step(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n[[step]]\nid = "one"\ntool = "lab_status"\nargz = {}\n')
+    with pytest.raises(model.PlaybookError, match=r"step one\.argz: Extra inputs"):
+        model.load(bad)
+    bad.write_text('name = "x"\n[[step]]\nid = "a"\ntool = "t"\n[[step]]\nid = "a"\ntool = "t"\n')
+    with pytest.raises(model.PlaybookError, match="used twice"):
+        model.load(bad)
+    book = model.load(Path("playbooks/vlab-hotspot.toml"), {"window_s": 9})
+    assert book.vars["window_s"] == 9 and len(book.steps) > 30
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
+    root = tmp_path_factory.mktemp("playbook")
+    try:
+        control.up(root)
+        yield VlabLayout.at(root)
+    finally:
+        control.down(root)
+
+
+def test_run_writes_a_report_chromium_can_read(lab: VlabLayout, artifacts_dir: Path) -> None:
+    res = CliRunner().invoke(app, ["run", str(DATA / "mini.toml"), "--lab", str(lab.lab_toml)])
+    assert res.exit_code == 0, res.output
+    assert "improved" in res.stdout and "report:" in res.stdout
+    report = lab.data_dir / "reports" / "mini.html"
+    html = report.read_text()
+    assert html.count("<iframe") == 3, "before, after and differential flame graphs"
+    assert "dm_finalize_transaction" in html
+    for table in ("curve-table", "ab-table", "counter-table", "window-table", "cost-table"):
+        assert f'id="{table}"' in html
+    assert "http://" not in html.replace("http://www.w3.org", ""), "self-contained: no remote assets"
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium not installed (make setup installs Debian's chromium as root)")
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={lab.root / 'chromium-profile'}"]
+    dom = subprocess.run([*flags, "--dump-dom", report.as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert re.search(r'<div id="plot">\s*<svg', dom), "the CPU plot rendered inline"
+    assert dom.count("<iframe") == 3 and 'id="ab-table"' in dom
+    shot = artifacts_dir / "report.png"
+    subprocess.run([*flags, "--window-size=1280,2400", f"--screenshot={shot}", report.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.is_file() and shot.stat().st_size > 20_000
