@@ -109,7 +109,8 @@ def main() -> None:
     for col in ("path", "p50", "p95", "mean"):
         table.add_column(col, justify="left" if col == "path" else "right")
     for label, xs in rows:
-        table.add_row(label, f"{pct(xs, .5):.3f}", f"{pct(xs, .95):.3f}", f"{statistics.fmean(xs) * 1000:.3f}")
+        table.add_row(label, f"{pct(xs, .5):.3f}", f"{pct(xs, .95):.3f}",
+                      f"{statistics.fmean(xs) * 1000:.3f}")
     console = Console(width=140)
     console.print(table)
     med = {label: pct(xs, .5) for label, xs in rows}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 from typing import Annotated
@@ -13,8 +12,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from labwarden import __version__, doctor
+from labwarden.agent.chat import chat
+from labwarden.agent.overnight import loop
 from labwarden.call_cli import call_app
 from labwarden.lab_cli import lab_app
+from labwarden.playbook.cli import run_cmd
 from labwarden.server.cli import serve
 from labwarden.transcripts.cli import transcripts_app
 from labwarden.vlab import control, curve
@@ -27,7 +29,10 @@ app.add_typer(vlab_app, name="vlab")
 app.add_typer(call_app, name="call")
 app.add_typer(lab_app, name="lab")
 app.command("serve")(serve)
+app.command("run")(run_cmd)
 app.add_typer(transcripts_app, name="transcripts")
+app.command("chat")(chat)
+app.command("loop")(loop)
 console = Console(stderr=True)
 out = Console()
 
@@ -174,27 +179,46 @@ def vlab_curve(dir: DirOpt = DEFAULT_VLAB_DIR, densities: DensitiesOpt = "18,60,
     out.print(_curve_table(points, "stad CPU vs associated stations"))
 
 
+PLAYBOOK = Path(__file__).resolve().parent.parent / "playbooks" / "vlab-hotspot.toml"
+
+
 @app.command("demo")
-def demo(dir: DirOpt = DEFAULT_VLAB_DIR / "demo", reps: int = 3,
-         window: Annotated[float, typer.Option(help="seconds per window")] = 5.0) -> None:
-    """Bring the vlab up, show the load curve (stad CPU at 18/60/114 stations), bring it down."""
+def demo(dir: DirOpt = DEFAULT_VLAB_DIR / "demo",
+         playbook: Annotated[Path, typer.Option(help="the story to run")] = PLAYBOOK,
+         window: Annotated[float, typer.Option(help="seconds per measurement window")] = 4.0,
+         reps: int = 3) -> None:
+    """Tell seed 000's story on the virtual lab: bring it up, run the vlab-hotspot playbook
+    (baseline, flame graph, attribution, trace fix, 0901, 0902, 0905 refuted, gates), print the
+    summary and the report path, and bring it down."""
+    import asyncio
+
+    from labwarden.lab.profile import LabProfile
+    from labwarden.playbook import model
+    from labwarden.playbook.cli import execute, summary
+
+    book = model.load(playbook, {"window_s": window, "reps": reps})
     try:
-        with console.status("demo") as st:
+        with console.status("vlab up") as st:
             control.down(dir)
             info = control.up(dir, progress=lambda m: st.update(f"vlab up: {m}"))
-            out.print(f"vlab up: firmware {info.git_hash[:12]}, ssh {info.ssh}, profile {info.lab_toml}")
-            points = curve.measure_curve(str(dir), [18, 60, 114], reps=reps, window_s=window,
-                                         progress=lambda m: st.update(m))
+        out.print(f"vlab up: firmware {info.git_hash[:12]}, ssh {info.ssh}, profile {info.lab_toml}")
+        rec = asyncio.run(execute(LabProfile.from_file(info.lab_toml), book))
     except control.VlabError as exc:
         _fail(exc)
         return
     finally:
         stopped = control.down(dir)
         console.print(f"vlab down: stopped {len(stopped)} process(es)")
-    out.print(_curve_table(points, "baseline firmware: stad CPU vs associated stations"))
-    rising = all(a.cpu_mean < b.cpu_mean for a, b in itertools.pairwise(points))
-    out.print("CPU rises with stations: " + ("[green]yes[/green]" if rising else "[red]no[/red]")
-              + " -- the monitor's per-station polling, not traffic (there is none).")
+    for table in summary(rec):
+        out.print(table)
+    report = next((s for s in rec.steps if s.tool == "report" and s.record.ok), None)
+    if report:
+        out.print(f"report: {report.record.result['path']}")  # type: ignore[index]
+    db = Path(info.lab_toml).parent / "data" / "transcripts.db"
+    out.print(f"{len(rec.steps)} steps in {rec.duration_s:.0f} s; replay it: labwarden transcripts "
+              f"replay {rec.session_id} --db {db}")
+    if not rec.ok:
+        raise typer.Exit(1)
 
 
 @vlab_app.command("down")

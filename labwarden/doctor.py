@@ -64,11 +64,14 @@ def checks() -> list[Check]:
                      detail=str(TRACEFS) + (" mounted" if mounted else " not mounted"),
                      remedy=None if mounted else "mount -t tracefs nodev /sys/kernel/tracing  (as root)",
                      needed_for="uprobe counters"))
-    writable = mounted and os.access(TRACEFS / "uprobe_events", os.W_OK)
-    out.append(Check(name="uprobes", ok=writable,
-                     detail="uprobe_events writable" if writable else
-                     ("needs root" if mounted else "tracefs missing"),
-                     remedy=None if writable else "run as root (uprobes are registered in tracefs)",
+    from labwarden.lab import uprobes
+
+    reason = uprobes.available(TRACEFS) if mounted else "tracefs missing"
+    out.append(Check(name="uprobes", ok=reason is None,
+                     detail="uprobe_events writable and responsive" if reason is None else reason,
+                     remedy=None if reason is None else
+                     ("reboot (a kernel deadlock holds tracefs)" if "stuck" in reason
+                      else "run as root (uprobes are registered in tracefs)"),
                      needed_for="uprobe counters (RPC/s, write-txns/s)"))
     for tool, remedy in (
         ("inferno-collapse-perf", "make setup  (cargo install inferno --locked --root .tools)"),

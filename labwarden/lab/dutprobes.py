@@ -5,6 +5,7 @@ registered in the DUT's tracefs with an argv (the line is data, never shell text
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -29,16 +30,20 @@ async def _local_copy(dev: Device, remote: str, cache: Path) -> Path:
 @contextlib.asynccontextmanager
 async def registered(dev: Device, tracefs: str, library: str, probes: dict[str, str],
                      cache: Path) -> AsyncIterator[list[str]]:
-    """Register {counter: function} on `library`; yields perf event names `labwarden:counter`."""
+    """Register {counter: function} on `library`; yields perf event names
+    `labwarden:counter_<token>` (strip with `counter_name`). tracefs is global to the kernel: the
+    token keeps two sessions on one host (several vlabs) from colliding on a name."""
     local = await _local_copy(dev, library, cache)
     events = f"{tracefs.rstrip('/')}/uprobe_events"
+    token = secrets.token_hex(3)
     done: list[str] = []
     try:
-        for name, func in probes.items():
+        for counter, func in probes.items():
+            name = f"{counter}_{token}"
             line = uprobes.probe_line(name, Path(library), uprobes.dynsym_offset(local, func))
             res = await dev.run([*_APPEND, line, events], timeout=10)
             if res.exit_status != 0:
-                raise DeviceError(f"cannot register uprobe {name} ({func}): {res.stderr.strip()[:200]}",
+                raise DeviceError(f"cannot register uprobe {counter} ({func}): {res.stderr.strip()[:200]}",
                                   f"is tracefs mounted at {tracefs} and are you root on the DUT?")
             done.append(name)
         yield [f"{uprobes.GROUP}:{n}" for n in done]
@@ -46,6 +51,27 @@ async def registered(dev: Device, tracefs: str, library: str, probes: dict[str, 
         for name in done:
             with contextlib.suppress(Exception):
                 await dev.run([*_APPEND, f"-:{uprobes.GROUP}/{name}", events], timeout=10)
+
+
+async def dut_available(dev: Device, tracefs: str) -> str | None:
+    """None if the DUT can take uprobes now, else the reason (never blocks past a few seconds)."""
+    from labwarden.lab.device import CommandTimeout
+
+    events = f"{tracefs.rstrip('/')}/uprobe_events"
+    try:
+        res = await dev.exec(["cat", events], timeout=5, cap=0)
+    except CommandTimeout:
+        return uprobes.WEDGED.format(events=events, t=5)
+    if res.exit_status != 0:
+        return f"{events} is not readable on the DUT: mount tracefs there, as root"
+    if (await dev.run(["test", "-w", events])).exit_status != 0:
+        return f"{events} is not writable on the DUT (uprobes need root)"
+    return None
+
+
+def counter_name(event: str) -> str:
+    """`labwarden:rpc_calls_1a2b3c` -> `rpc_calls`."""
+    return event.split(":", 1)[-1].rsplit("_", 1)[0]
 
 
 async def leftover(dev: Device, tracefs: str) -> list[str]:

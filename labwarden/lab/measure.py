@@ -41,6 +41,7 @@ class ProfileRecord(BaseModel):
     windows: list[Window]
     kallsyms: str | None = Field(None, description="artifact path of the DUT's /proc/kallsyms")
     uprobes: dict[str, str] = Field(default_factory=dict, description="counter -> function")
+    notes: list[str] = Field(default_factory=list, description="what was not measured, and why")
 
     def cpu_values(self) -> list[float]:
         return [w.cpu_pct for w in self.windows]

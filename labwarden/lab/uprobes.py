@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,6 +51,23 @@ def probe_line(name: str, elf_path: Path, offset: int) -> str:
     return f"p:{GROUP}/{name} {elf_path}:{offset:#x}"
 
 
+WEDGED = ("a read of {events} did not return within {t:g} s: a process is stuck in the kernel on "
+          "the dynamic-events lock (see `ps -eo pid,stat,wchan:30,cmd | awk '$2 ~ /D/'`); it "
+          "cannot be killed -- reboot the machine to recover")
+
+
+def responsive(events: Path, timeout: float = 3.0) -> bool:
+    """Read the file in a child process; a wedged tracefs blocks readers forever (state D), so the
+    child is abandoned rather than waited for -- the caller must never block on it."""
+    proc = subprocess.Popen(["cat", str(events)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def available(tracefs: Path = TRACEFS) -> str | None:
     """None if uprobes can be registered here, else the reason."""
     events = tracefs / "uprobe_events"
@@ -57,6 +75,8 @@ def available(tracefs: Path = TRACEFS) -> str | None:
         return f"tracefs not mounted at {tracefs} (mount -t tracefs nodev {tracefs})"
     if not os.access(events, os.W_OK):
         return f"{events} is not writable (uprobes need root)"
+    if not responsive(events):
+        return WEDGED.format(events=events, t=3)
     return None
 
 

@@ -87,6 +87,12 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
                             "symbolize needs kernel symbols: run as root on the DUT")
         Path(kallsyms).write_text(res.stdout)
     probes = prof.target.uprobes if inp.uprobes else {}
+    notes: list[str] = []
+    if probes:
+        reason = await dutprobes.dut_available(dev, prof.dut.paths.tracefs)
+        if reason:  # CPU and perf still measure; the counters are said to be missing, and why
+            notes.append(f"uprobe counters not measured: {reason}")
+            probes = {}
     windows: list[Window] = []
     try:
         async with _maybe_probes(ctx, probes) as events:
@@ -100,7 +106,8 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
         raise
     record = ProfileRecord(id=pid, stations=inp.stations, window_s=inp.window_s, kind=kind,
                            build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
-                           target_pid=proc.pid, windows=windows, kallsyms=kallsyms, uprobes=probes)
+                           target_pid=proc.pid, windows=windows, kallsyms=kallsyms, uprobes=probes,
+                           notes=notes)
     store.save("prof", pid, record)
     await ctx.report(inp.reps, inp.reps, f"profile {pid} stored")
     return record
@@ -173,7 +180,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
         if stat.exit_status != 0 or not counts:
             raise ToolError("device", f"perf stat of uprobes failed: {stat.stderr.strip()[-300:]}",
                             "is tracefs mounted on the DUT? `labwarden doctor`")
-        counters = {e.split(":", 1)[1]: round(c / inp.window_s, 3) for e, c in counts.items()}
+        counters = {dutprobes.counter_name(e): round(c / inp.window_s, 3) for e, c in counts.items()}
     end_count = (await knobs.datamodel_count(dev, prof)).get("total", -1)
     clk = cond.clk_tck or 100
     return Window(rep=rep, started_at=started, duration_s=round(duration, 3),
@@ -189,7 +196,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
 
 def summarize(record: ProfileRecord) -> ProfileOutput:
     vals = record.cpu_values()
-    warnings = []
+    warnings = list(record.notes)
     if any(w.restarted for w in record.windows):
         warnings.append("the target restarted during a window: its CPU is not comparable")
     if any(w.datamodel_end != record.stations for w in record.windows):

@@ -1,0 +1,149 @@
+"""The morning summary of an unattended run, from the transcript alone.
+
+What was measured, kept and dropped is read from the tool results in the transcript (build,
+sweep, compare, gate_check), never from the model's prose: a candidate is kept when compare says
+"improved" at the densest point and gate_check passed on its sweep. The model's own final words
+are quoted, labelled as such.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labwarden.transcripts import timeline
+from labwarden.transcripts.events import ToolCalled
+from labwarden.transcripts.pricing import KINDS
+from labwarden.transcripts.store import TranscriptStore
+
+
+@dataclass
+class Candidate:
+    sweep_id: str
+    build_id: str | None
+    patches: list[str] = field(default_factory=list)
+    cpu: list[tuple[int, float]] = field(default_factory=list)
+    compared_to: str | None = None
+    verdict: str | None = None
+    delta: str = ""
+    gates: str | None = None
+    gates_passed: bool | None = None
+
+    @property
+    def kept(self) -> bool:
+        return self.verdict == "improved" and self.gates_passed is True
+
+    def why(self) -> str:
+        if self.kept:
+            return "improved at the densest point and every gate passed"
+        if self.verdict is None:
+            return "never compared against a baseline"
+        if self.verdict != "improved":
+            return f"compare: {self.verdict}"
+        return "gates not checked" if self.gates_passed is None else f"gates failed: {self.gates}"
+
+
+@dataclass
+class Findings:
+    sweeps: dict[str, Candidate] = field(default_factory=dict)
+    compared: list[Candidate] = field(default_factory=list)
+    tool_calls: int = 0
+    tool_errors: int = 0
+
+
+def _results(store: TranscriptStore, sessions: list[str]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    out = []
+    for sid in reversed(sessions):  # oldest first
+        for stored in store.events(sid):
+            ev = stored.event
+            if isinstance(ev, ToolCalled):
+                out.append((ev.call.tool, ev.call.args, ev.call.result if ev.call.ok else {}))
+    return out
+
+
+def findings(store: TranscriptStore, sessions: list[str]) -> Findings:
+    f = Findings()
+    patches: dict[str, list[str]] = {}
+    calls = _results(store, sessions)
+    f.tool_calls = len(calls)
+    f.tool_errors = sum(1 for _, _, r in calls if not r)
+    for tool, args, res in calls:
+        if not res:
+            continue
+        if tool == "build":
+            patches[res["build_id"]] = list(args.get("patches", []))
+        elif tool == "sweep":
+            f.sweeps[res["sweep_id"]] = Candidate(
+                sweep_id=res["sweep_id"], build_id=res.get("build_id"),
+                patches=patches.get(res.get("build_id") or "", []),
+                cpu=[(p["stations"], p["cpu_mean"]) for p in res["points"]])
+        elif tool == "compare":
+            c = f.sweeps.setdefault(res["candidate"], Candidate(sweep_id=res["candidate"],
+                                                                build_id=res.get("candidate_build")))
+            c.compared_to, c.verdict = res["baseline"], res["verdict"]
+            if res["deltas"]:
+                d = res["deltas"][-1]
+                p = "n/a" if d["p_value"] is None else f"{d['p_value']:.3g}"
+                c.delta = (f"{d['baseline_mean']:.2f}% -> {d['candidate_mean']:.2f}% at {d['stations']} "
+                           f"clients ({d['delta_pp']:+.2f} pp, {d['delta_pct']:+.1f}%, p={p})")
+            if c not in f.compared:
+                f.compared.append(c)
+        elif tool == "gate_check":
+            c = f.sweeps.get(res["sweep_id"])
+            if c is not None:
+                c.gates_passed = res["passed"]
+                c.gates = "all passed" if res["passed"] else ", ".join(res["failed"])
+    return f
+
+
+def _curve(c: Candidate) -> str:
+    return ", ".join(f"{cpu:.2f}%@{n}" for n, cpu in c.cpu) or "-"
+
+
+def markdown(store: TranscriptStore, sessions: list[str], *, goal: str, stop: str, detail: str,
+             final_text: str, report: Path | None = None) -> str:
+    """summary.md: goal, why it stopped, kept / dropped with their numbers, and what it cost."""
+    f = findings(store, sessions)
+    tls = [timeline.of_session(store, sid) for sid in reversed(sessions)]
+    tokens = {k: sum(t.totals.tokens[k] for t in tls) for k in KINDS}
+    usd = sum(t.totals.cost_usd for t in tls)
+    calls = sum(t.totals.model_calls for t in tls)
+    lines = [f"# labwarden loop: {goal}", "",
+             f"- **Stopped:** {stop} -- {detail}",
+             f"- **Sessions:** {', '.join(reversed(sessions))}"
+             + (" (resumed after an interruption)" if len(sessions) > 1 else ""),
+             f"- **Model calls:** {calls}; tokens: " + ", ".join(f"{k} {n:,}" for k, n in tokens.items()),
+             f"- **Cost:** ${usd:.4f} (from the transcript's model_call events and the price table)",
+             f"- **Tool calls:** {f.tool_calls} ({f.tool_errors} failed or refused)"]
+    if report is not None:
+        lines.append(f"- **Report:** {report}")
+    kept = [c for c in f.compared if c.kept]
+    dropped = [c for c in f.compared if not c.kept]
+    lines += ["", "## Kept", ""]
+    lines += [f"- build {c.build_id} (patches {', '.join(c.patches) or 'none'}), sweep {c.sweep_id}: "
+              f"{c.delta}; gates {c.gates}" for c in kept] or ["- nothing"]
+    lines += ["", "## Dropped", ""]
+    lines += [f"- build {c.build_id} (patches {', '.join(c.patches) or 'none'}), sweep {c.sweep_id}: "
+              f"{c.delta or 'no numbers'} -- {c.why()}" for c in dropped] or ["- nothing"]
+    lines += ["", "## Sweeps measured", ""]
+    lines += [f"- {c.sweep_id}: build {c.build_id} (patches {', '.join(c.patches) or 'none'}): {_curve(c)}"
+              for c in f.sweeps.values()] or ["- none"]
+    lines += ["", "## The model's last words (its claim, not a measurement)", ""]
+    lines += ["> " + ln for ln in (final_text or "(none)").splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+def html_report(store: TranscriptStore, session_id: str) -> str:
+    """The HTML report: `labwarden.report.render_report` when that module exists, else the
+    transcript's HTML export of the session."""
+    try:
+        from labwarden import report  # type: ignore[attr-defined]
+    except ImportError:
+        report = None
+    render = getattr(report, "render_report", None)
+    if render is not None:
+        return str(render(store, session_id))
+    from labwarden.transcripts import export
+
+    return export.html(timeline.of_session(store, session_id))

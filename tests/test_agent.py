@@ -1,0 +1,319 @@
+"""The agent (`labwarden chat`, `labwarden loop`) against a real vlab.
+
+The only fake is the model: a local stand-in of the Messages API (tests/messages_standin.py)
+answers with scripted tool_use turns. Tools, guard, transcript, the lab and the anthropic SDK
+(streaming, retries through our code) are real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from labwarden.agent import summary
+from labwarden.agent.loop import RESUMED, STATE
+from labwarden.agent.overnight import parse_until
+from labwarden.cli import app
+from labwarden.lab.profile import LabProfile
+from labwarden.tools import registry
+from labwarden.tools.record import ToolCallRecord
+from labwarden.transcripts.events import ModelCall, Note, ToolCalled
+from labwarden.transcripts.store import TranscriptStore
+from labwarden.vlab import control
+from labwarden.vlab.layout import VlabLayout
+
+from .messages_standin import MessagesStandIn, ToolUse, Turn, from_result, last_result
+
+LABWARDEN = str(Path(sys.executable).parent / "labwarden")
+SWEEP = {"densities": [6, 12], "reps": 1, "window_s": 2, "perf": False}
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def vlab_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
+    root = tmp_path_factory.mktemp("agent")
+    try:
+        control.up(root)
+        yield VlabLayout.at(root)
+    finally:
+        control.down(root)
+
+
+@pytest.fixture(scope="module")
+def lab(vlab_root: VlabLayout) -> Path:
+    """The vlab's profile without uprobe counters: tracefs' uprobe_events is one machine-wide
+    namespace (concurrent vlabs would collide), and counting is the profile tool's business,
+    tested there. Everything else is the vlab's own profile."""
+    text = vlab_root.lab_toml.read_text()
+    lines = [("uprobes = {}" if ln.startswith("uprobes =") else ln) for ln in text.splitlines()]
+    assert lines != text.splitlines(), "the vlab profile names no uprobes any more"
+    path = vlab_root.lab_toml.with_name("lab-agent.toml")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-standin")
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+
+
+def _store(lab: Path) -> TranscriptStore:
+    return TranscriptStore(LabProfile.from_file(lab).data_dir() / "transcripts.db")
+
+
+def _newest(store: TranscriptStore, client: str) -> str:
+    return next(s.id for s in store.sessions() if s.client == client)
+
+
+def _events(store: TranscriptStore, sid: str, kind: type) -> list[Any]:
+    return [e.event for e in store.events(sid) if isinstance(e.event, kind)]
+
+
+def _strip_cache(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_cache(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_strip_cache(v) for v in value]
+    return value
+
+
+def test_chat_drives_tools_and_prices_every_call(lab: Path) -> None:
+    turns = [
+        Turn(text="Let me look at the lab first.", tools=[ToolUse("lab_status")],
+             input_tokens=1000, output_tokens=200, cache_5m=3000),
+        Turn(tools=[ToolUse("associate", {"stations": 6})],
+             input_tokens=50, output_tokens=80, cache_read=3000, cache_5m=1400),
+        Turn(text="The board is good and 6 clients are held.",
+             input_tokens=40, output_tokens=30, cache_read=4400, cache_1h=500),
+    ]
+    # claude-sonnet-4-5 is priced as claude-sonnet-4: $3/M input, $15/M output, $3.75/M 5-minute
+    # cache write, $6/M 1-hour cache write, $0.30/M cache read.
+    expected = [
+        (1000 * 3 + 200 * 15 + 3000 * 3.75) / 1e6,  # = 0.01725
+        (50 * 3 + 80 * 15 + 3000 * 0.30 + 1400 * 3.75) / 1e6,  # = 0.0075
+        (40 * 3 + 30 * 15 + 4400 * 0.30 + 500 * 6) / 1e6,  # = 0.00489
+    ]
+    with MessagesStandIn(turns) as api:
+        res = runner.invoke(app, ["chat", "--lab", str(lab), "--base-url", api.url],
+                            input="How is the lab?\n")  # then end of input: the chat ends
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "Let me look at the lab first." in out and "The board is good and 6 clients are held." in out
+    assert "→ lab_status" in out and "✓ lab_status" in out and "✓ associate" in out
+    # the running line after each call, then the session's totals
+    assert f"tokens in 1,000 / out 200 / cache write 3,000 read 0, ${expected[0]:.4f}" in out
+    totals = f"tokens in 1,090 / out 310 / cache write 4,900 read 7,400, ${sum(expected):.4f}"
+    assert f"3 model calls, {totals}" in out
+
+    first = api.requests[0]
+    assert first["stream"] is True and first["model"] == "claude-sonnet-4-5"
+    assert first["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert "Work like the engineers of seed 000" in first["system"][0]["text"]
+    assert [t["name"] for t in first["tools"]] == list(registry.TOOLS)
+    assert first["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert first["tools"][0]["input_schema"]["type"] == "object"
+    assert last_result(api.requests[1])["target_process"] == "stad"
+    assoc = last_result(api.requests[2])
+    assert assoc["datamodel_count"] == 6 and sum(assoc["per_radio"]) == 6
+    assert "holding 6 stations" in out  # the tool's progress, shown as it ran
+
+    with _store(lab) as store:
+        sid = _newest(store, "chat")
+        calls = _events(store, sid, ModelCall)
+        tools = _events(store, sid, ToolCalled)
+        states = [n for n in _events(store, sid, Note) if n.author == STATE]
+    assert [c.cost_usd for c in calls] == pytest.approx(expected, rel=1e-12)
+    assert [c.usage.input_tokens for c in calls] == [1000, 50, 40]
+    assert [c.request_id for c in calls] == ["req_standin_001", "req_standin_002", "req_standin_003"]
+    assert [c.stop_reason for c in calls] == ["tool_use", "tool_use", "end_turn"]
+    assert [(t.call.tool, t.call.ok) for t in tools] == [("lab_status", True), ("associate", True)]
+    rebuilt = [m for n in states for m in json.loads(n.text)["messages"]]
+    assert _strip_cache(api.requests[2]["messages"]) == rebuilt[:-1]  # the transcript alone rebuilds it
+    assert rebuilt[-1]["content"][0]["text"] == "The board is good and 6 clients are held."
+
+
+def test_loop_builds_flashes_verifies_sweeps_and_retries_lost_connections(lab: Path,
+                                                                         tmp_path: Path) -> None:
+    turns = [
+        Turn(text="Building the baseline.", tools=[ToolUse("build", {})]),
+        Turn(tools=[ToolUse("flash", from_result("build_id"))], drop="midstream"),
+        Turn(tools=[ToolUse("fingerprint_verify", from_result("build_id"))], drop="before"),
+        Turn(tools=[ToolUse("sweep", SWEEP)]),
+        Turn(text="DONE: baseline measured at 6 and 12 clients; nothing patched."),
+    ]
+    with MessagesStandIn(turns) as api:
+        res = runner.invoke(app, ["loop", "--lab", str(lab), "--base-url", api.url,
+                                  "--goal", "measure the baseline", "--budget-usd", "5",
+                                  "--until", "23:59", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert api.dropped == 2 and len(api.requests) == 7  # each lost connection was retried once
+    assert "retry 1" in res.output
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert f"summary: {tmp_path / 'out' / 'summary.md'}" in res.stdout
+    with _store(lab) as store:
+        sid = _newest(store, "loop")
+        tools = _events(store, sid, ToolCalled)
+        calls = _events(store, sid, ModelCall)
+    assert [(t.call.tool, t.call.ok) for t in tools] == [
+        ("build", True), ("flash", True), ("fingerprint_verify", True), ("sweep", True)], \
+        [t.call.error for t in tools]
+    sweep_id = tools[-1].call.result["sweep_id"]
+    assert [c.stop_reason for c in calls].count("interrupted") == 1  # the cut stream was billed
+    assert len(calls) == 6
+    assert "**Stopped:** done" in summary and "measure the baseline" in summary
+    assert sweep_id in summary and "DONE: baseline measured" in summary
+    total = sum(c.cost_usd for c in calls)
+    assert f"${total:.4f}" in summary
+    assert "<html" in report.lower() and sid in report
+
+
+def test_budget_stop_ends_the_loop_with_a_summary(lab: Path, tmp_path: Path) -> None:
+    turns = [Turn(tools=[ToolUse("lab_status")]), Turn(text="DONE: never reached")]
+    with MessagesStandIn(turns) as api:
+        res = runner.invoke(app, ["loop", "--lab", str(lab), "--base-url", api.url,
+                                  "--goal", "anything", "--budget-usd", "0.001",
+                                  "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert len(api.requests) == 1  # 1000 in + 200 out = $0.006 > $0.001: no second call
+    summary = (tmp_path / "summary.md").read_text()
+    assert "**Stopped:** budget -- dollars: $0.0060 of $0.0010 spent" in summary
+    assert (tmp_path / "report.html").exists()
+
+
+def test_killed_loop_resumes_from_the_transcript(lab: Path, tmp_path: Path) -> None:
+    turns = [
+        Turn(text="Status first.", tools=[ToolUse("lab_status")]),
+        Turn(tools=[ToolUse("associate", {"stations": 6})], input_tokens=500),  # takes the lease
+        Turn(hold=True),  # the 3rd call never answers: the process is killed during it
+        Turn(tools=[ToolUse("associate", {"stations": 0})], input_tokens=700),  # needs the lease again
+        Turn(text="DONE: resumed and finished.", input_tokens=100),
+    ]
+    with MessagesStandIn(turns) as api:
+        proc = subprocess.Popen([LABWARDEN, "loop", "--lab", str(lab), "--base-url", api.url,
+                                 "--goal", "survive a crash", "--budget-usd", "1"],
+                                env={**os.environ, "ANTHROPIC_API_KEY": "sk-standin"},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            api.wait_requests(3, timeout=60)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+        with _store(lab) as store:
+            killed = _newest(store, "loop")
+            assert store.session(killed)["ended_at"] is None
+        res = runner.invoke(app, ["loop", "--lab", str(lab), "--base-url", api.url,
+                                  "--resume", killed, "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert len(api.requests) == 5
+    before, after = (_strip_cache(api.requests[i]["messages"]) for i in (2, 3))
+    assert after[:-1] == before[:-1] and len(before) == 5  # goal, 2 x (tool_use, tool_result)
+    assert after[-1]["content"][:-1] == before[-1]["content"]
+    assert after[-1]["content"][-1] == {"type": "text", "text": RESUMED}
+    assert "survive a crash" in api.requests[3]["system"][0]["text"]  # the goal came back too
+    with _store(lab) as store:
+        sid = _newest(store, "loop")
+        notes = [n.text for n in _events(store, sid, Note) if n.author == "labwarden"]
+        tools = _events(store, sid, ToolCalled)
+    assert sid != killed and any(f"resumes session {killed}" in n for n in notes)
+    # the dead session's lease (TTL 300 s) is taken over, not waited for
+    assert any("took over the DUT lease of" in n and killed in n for n in notes)
+    assert [(t.call.tool, t.call.ok) for t in tools] == [("associate", True)], tools[0].call.error
+    summary = (tmp_path / "summary.md").read_text()
+    assert "**Stopped:** done" in summary and killed in summary and "resumed after an interruption" in summary
+    # both sessions' model calls are in the total (the held call never completed, so it has no
+    # usage): 1000 in + 200 out, 500 in + 200 out, then resumed 700 + 100 in, 2 x 200 out, at $3 / $15 per M
+    total = (1000 * 3 + 200 * 15) + (500 * 3 + 200 * 15) + (700 * 3 + 200 * 15) + (100 * 3 + 200 * 15)
+    assert f"${total / 1e6:.4f}" in summary
+
+
+def test_guard_refusals_reach_the_model_and_a_budget_refusal_stops(lab: Path, tmp_path: Path) -> None:
+    budgeted = lab.with_name("lab-budget.toml")
+    budgeted.write_text(lab.read_text() + "\n[policy.budgets]\ntool_calls = 1\n")
+    turns = [Turn(tools=[ToolUse("attribute", {"suspect": "init"}), ToolUse("lab_status"),
+                         ToolUse("lab_status")]),
+             Turn(text="DONE: never reached")]
+    with MessagesStandIn(turns) as api:
+        res = runner.invoke(app, ["loop", "--lab", str(budgeted), "--base-url", api.url,
+                                  "--goal", "anything", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert len(api.requests) == 1
+    summary = (tmp_path / "summary.md").read_text()
+    assert "**Stopped:** budget -- the guard refused lab_status: tool calls: 1 of 1 used" in summary
+    with _store(lab) as store:
+        sid = _newest(store, "loop")
+        states = [n for n in _events(store, sid, Note) if n.author == STATE]
+    results = json.loads(states[-1].text)["messages"][-1]["content"]
+    refused = json.loads(results[0]["content"][0]["text"])
+    assert results[0]["is_error"] and refused["code"] == "suspect_not_allowed" and refused["remedy"]
+    assert "is_error" not in results[1] and json.loads(results[1]["content"][0]["text"])["target_process"]
+    over = json.loads(results[2]["content"][0]["text"])
+    assert results[2]["is_error"] and over["code"] == "budget_exceeded"
+
+
+def _called(tool: str, args: dict[str, Any], result: dict[str, Any]) -> ToolCalled:
+    return ToolCalled.of(ToolCallRecord(tool=tool, args=args, ok=True, result=result))
+
+
+def _sweep(sid: str, build: str, cpu: list[float]) -> ToolCalled:
+    return _called("sweep", {}, {"sweep_id": sid, "build_id": build, "points": [
+        {"stations": n, "cpu_mean": c} for n, c in zip([18, 60, 114], cpu, strict=True)]})
+
+
+def _compare(a: str, b: str, verdict: str, means: tuple[float, float]) -> ToolCalled:
+    delta = means[1] - means[0]
+    return _called("compare", {}, {"baseline": a, "candidate": b, "verdict": verdict, "deltas": [
+        {"stations": 114, "baseline_mean": means[0], "candidate_mean": means[1], "delta_pp": delta,
+         "delta_pct": 100 * delta / means[0], "p_value": 0.001}]})
+
+
+def test_summary_keeps_only_what_improved_and_passed_the_gates(tmp_path: Path) -> None:
+    """Kept/dropped come from the tool results in the transcript, not from the model's words."""
+    with TranscriptStore(tmp_path / "t.db") as store:
+        sid = store.start_session("loop")
+        for ev in [
+            _called("build", {"patches": []}, {"build_id": "base"}),
+            _sweep("swp-a", "base", [10.0, 20.0, 30.0]),
+            _called("build", {"patches": ["0901"]}, {"build_id": "b0901"}),
+            _sweep("swp-b", "b0901", [7.0, 14.0, 20.0]),
+            _compare("swp-a", "swp-b", "improved", (30.0, 20.0)),
+            _called("gate_check", {}, {"sweep_id": "swp-b", "passed": True, "failed": []}),
+            _called("build", {"patches": ["0905"]}, {"build_id": "b0905"}),
+            _sweep("swp-c", "b0905", [10.0, 20.0, 30.1]),
+            _compare("swp-a", "swp-c", "no change", (30.0, 30.1)),
+            _called("gate_check", {}, {"sweep_id": "swp-c", "passed": True, "failed": []}),
+            _called("build", {"patches": ["0999"]}, {"build_id": "b0999"}),
+            _sweep("swp-d", "b0999", [5.0, 4.0, 3.0]),
+            _compare("swp-a", "swp-d", "improved", (30.0, 3.0)),
+            _called("gate_check", {}, {"sweep_id": "swp-d", "passed": False, "failed": ["cpu_monotonic"]}),
+        ]:
+            store.append(sid, ev)
+        md = summary.markdown(store, [sid], goal="lower CPU", stop="done", detail="declared done",
+                              final_text="DONE: kept 0901, 0905 and 0999 too")
+    kept = md.split("## Kept")[1].split("## Dropped")[0]
+    dropped = md.split("## Dropped")[1].split("## Sweeps measured")[0]
+    assert "b0901 (patches 0901)" in kept
+    assert "30.00% -> 20.00% at 114 clients (-10.00 pp, -33.3%, p=0.001)" in kept
+    assert "0905" not in kept and "0999" not in kept
+    assert "b0905 (patches 0905)" in dropped and "compare: no change" in dropped
+    assert "b0999 (patches 0999)" in dropped and "gates failed: cpu_monotonic" in dropped
+    assert "> DONE: kept 0901, 0905 and 0999 too" in md  # quoted as the model's claim
+
+
+def test_until_is_local_time_today_or_tomorrow() -> None:
+    now = datetime(2026, 11, 22, 23, 0).astimezone()
+    assert parse_until("23:30", now) == now.replace(minute=30)
+    assert parse_until("06:30", now) == (now + timedelta(days=1)).replace(hour=6, minute=30)
+    with pytest.raises(ValueError):
+        parse_until("soon", now)
