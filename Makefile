@@ -35,8 +35,11 @@ test: setup
 demo: setup
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/labwarden demo
 
+BENCHES := vlab_curve device_rtt tool_overhead symbolize measurement loop_overhead token_economy
+
 bench: setup
-	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python bench/vlab_curve.py
+	@for b in $(BENCHES); do echo "== bench/$$b.py"; \
+	  PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python bench/$$b.py || exit 1; done
 
 lint: python
 	$(BIN)/ruff check labwarden tests bench

@@ -97,7 +97,7 @@ def test_chat_drives_tools_and_prices_every_call(lab: Path) -> None:
         Turn(text="The board is good and 6 clients are held.",
              input_tokens=40, output_tokens=30, cache_read=4400, cache_1h=500),
     ]
-    # claude-sonnet-4-5 is priced as claude-sonnet-4: $3/M input, $15/M output, $3.75/M 5-minute
+    # claude-sonnet-4-6 (the default) is priced as claude-sonnet-4: $3/M input, $15/M output, $3.75/M 5-minute
     # cache write, $6/M 1-hour cache write, $0.30/M cache read.
     expected = [
         (1000 * 3 + 200 * 15 + 3000 * 3.75) / 1e6,  # = 0.01725
@@ -117,7 +117,7 @@ def test_chat_drives_tools_and_prices_every_call(lab: Path) -> None:
     assert f"3 model calls, {totals}" in out
 
     first = api.requests[0]
-    assert first["stream"] is True and first["model"] == "claude-sonnet-4-5"
+    assert first["stream"] is True and first["model"] == "claude-sonnet-4-6"
     assert first["system"][0]["cache_control"] == {"type": "ephemeral"}
     assert "Work like the engineers of seed 000" in first["system"][0]["text"]
     assert [t["name"] for t in first["tools"]] == list(registry.TOOLS)

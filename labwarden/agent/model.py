@@ -23,7 +23,7 @@ from labwarden.tools.context import LabContext
 from labwarden.transcripts import pricing
 from labwarden.transcripts.events import ModelCall
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-4-6"  # sonnet-4-5 reaches end of life on 2026-11-30 (SDK)
 CACHED = {"type": "ephemeral"}
 
 TextSink = Callable[[str], Awaitable[None] | None]

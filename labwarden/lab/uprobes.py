@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -59,7 +60,8 @@ WEDGED = ("a read of {events} did not return within {t:g} s: a process is stuck 
 def responsive(events: Path, timeout: float = 3.0) -> bool:
     """Read the file in a child process; a wedged tracefs blocks readers forever (state D), so the
     child is abandoned rather than waited for -- the caller must never block on it."""
-    proc = subprocess.Popen(["cat", str(events)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cat = shutil.which("cat") or "/bin/cat"  # not PATH-dependent: doctor runs with any PATH
+    proc = subprocess.Popen([cat, str(events)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import html
+import base64
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,6 +25,8 @@ def _flames(d: ReportData) -> list[dict[str, str]]:
     picks = []
     if plain:
         picks.append(("Before", plain[0], "svg"))
+    elif diffs and diffs[-1].get("baseline_svg"):
+        picks.append(("Before", diffs[-1], "baseline_svg"))
     if diffs:
         picks.append(("After", diffs[-1], "svg"))
         picks.append(("Differential (after vs before: red grew, blue shrank)", diffs[-1], "diff_svg"))
@@ -33,10 +35,26 @@ def _flames(d: ReportData) -> list[dict[str, str]]:
     for title, s, key in picks:
         path = Path(s[key])
         if path.is_file():
-            out.append({"title": title, "svg": html.escape(path.read_text(errors="replace")),
-                        "caption": f"profile {s['profile_id']} at {s.get('stations', '?')} clients, "
-                                   f"{s['samples']} samples, {s['unknown_pct']}% unknown frames"})
+            pid = s["baseline_profile_id"] if key == "baseline_svg" else s["profile_id"]
+            caption = (f"profile {pid}" if key == "baseline_svg" else
+                       f"profile {pid} at {s.get('stations', '?')} clients, {s['samples']} samples, "
+                       f"{s['unknown_pct']}% unknown frames")
+            # a data: URL keeps the SVG an XML document (srcdoc would parse it as HTML), and its
+            # scripts (inferno's zoom and search) run inside the sandboxed frame
+            data = base64.b64encode(path.read_bytes()).decode()
+            out.append({"title": title, "src": f"data:image/svg+xml;base64,{data}", "caption": caption})
     return out
+
+
+def _notes(d: ReportData) -> list[str]:
+    """What was not measured, once each (e.g. uprobe counters on a DUT without tracefs)."""
+    seen: list[str] = []
+    for st in d.stages:
+        for prof in st.profiles:
+            for note in prof.notes:
+                if note not in seen:
+                    seen.append(note)
+    return seen
 
 
 def render(d: ReportData) -> str:
@@ -45,6 +63,7 @@ def render(d: ReportData) -> str:
     densities = sorted({p.stations for s in d.stages for p in s.sweep.points})
     return env.get_template("report.html.j2").render(
         d=d, plot=curves_svg(d.stages), densities=densities, point=_point, flames=_flames(d),
+        notes=_notes(d),
         version=__version__, generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
 

@@ -72,10 +72,16 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
     pending: list[Any] = []
     health_before = ctx.state.board_health
     if ctx.guard is not None:
+        from labwarden.lab.device import DeviceError
+
         try:
             decisions = await ctx.guard.check(spec, record.args)
         except Refused as exc:
             return _refused(ctx, record, exc.decision)
+        except DeviceError as exc:  # the guard could not read or lease the DUT: nothing ran
+            record.error = ToolFailure(kind="device", message=clean(exc.problem), remedy=exc.remedy)
+            ctx.log(_call_event(record, None))
+            return record
         # A heal changed the DUT: committed now, before the tool runs. A plain allow is
         # committed with the call's own event below (one fsync per call instead of two).
         heals = [_decision_event(d) for d in decisions if d.decision == "heal"]

@@ -84,6 +84,7 @@ class SymbolizeOutput(BaseModel):
     folded: str = Field(description="artifact: folded stacks")
     svg: str = Field(description="artifact: flame graph")
     diff_svg: str | None = Field(None, description="artifact: differential flame graph")
+    baseline_svg: str | None = Field(None, description="artifact: the baseline's flame graph")
     symfs: str
     buildids_recorded: bool
     symfs_missing: list[sf.MissingDso] = Field(description="DSOs without symbols (at most 10)")
@@ -217,7 +218,7 @@ async def run(ctx: LabContext, inp: SymbolizeInput) -> SymbolizeOutput:
                         f"see {Path(sym.folded).parent / 'perf-script.stderr'}")
     st = fl.stats(new)
     deltas: list[fl.Delta] = []
-    diff_svg = None
+    diff_svg = baseline_svg = None
     if inp.baseline_profile_id:
         brec, bdata = _load(store, inp.baseline_profile_id, inp.baseline_rep)
         bsym, bcached = await symbolized(ctx, brec, bdata, bins)
@@ -234,7 +235,7 @@ async def run(ctx: LabContext, inp: SymbolizeInput) -> SymbolizeOutput:
             except RuntimeError as exc:
                 raise ToolError("tool", str(exc), "check the two folded files") from exc
         cached = cached and bcached
-        diff_svg = str(diff)
+        diff_svg, baseline_svg = str(diff), bsym.svg
     shares = fl.function_shares(new, inp.functions)
     where = await asyncio.to_thread(sf.defining_dso, sym.symfs, inp.functions) \
         if inp.functions else {}
@@ -247,7 +248,7 @@ async def run(ctx: LabContext, inp: SymbolizeInput) -> SymbolizeOutput:
         functions=[FunctionShare(name=n[:120], total_pct=t, self_pct=s, defined_in=where.get(n))
                    for n, (t, s) in shares.items()],
         baseline_profile_id=inp.baseline_profile_id, top_deltas=deltas, folded=sym.folded,
-        svg=sym.svg, diff_svg=diff_svg, symfs=sym.symfs.root,
+        svg=sym.svg, diff_svg=diff_svg, baseline_svg=baseline_svg, symfs=sym.symfs.root,
         buildids_recorded=sym.symfs.buildids_recorded, symfs_missing=sym.symfs.missing[:10],
         warnings=sym.perf_warnings[:8], cached=cached)
 

@@ -1,0 +1,80 @@
+"""Loop overhead: wall time of one patch iteration (build, flash, verify, sweep, compare, gates)
+minus the measurement windows it contains, as a share of the window time. Target <= 10%.
+
+    .venv/bin/python bench/loop_overhead.py [--window 10] [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from labwarden.lab.measure import ProfileRecord
+from labwarden.lab.profile import LabProfile
+from labwarden.lab.records import RecordStore
+from labwarden.tools.context import open_lab
+from labwarden.tools.runner import call_tool
+from labwarden.vlab import control
+
+
+async def iteration(lab: Path, window: float, reps: int) -> list[tuple[str, float]]:
+    profile = LabProfile.from_file(lab)
+    steps: list[tuple[str, float]] = []
+    async with open_lab(profile, client="bench") as ctx:
+        async def step(name: str, args: dict) -> dict:  # type: ignore[type-arg]
+            t = time.monotonic()
+            rec = await call_tool(ctx, name, args)
+            assert rec.ok, (name, rec.error)
+            steps.append((name, time.monotonic() - t))
+            return rec.result or {}
+
+        sweep = {"densities": [18, 60, 114], "reps": reps, "window_s": window}
+        await step("fingerprint_verify", {"build_id": profile.build.baseline})
+        base = await step("sweep", {**sweep, "label": "baseline"})
+        steps.clear()  # the iteration starts here: a patch on top of a measured baseline
+        built = await step("build", {"patches": ["0901"]})
+        await step("flash", {"build_id": built["build_id"]})
+        await step("fingerprint_verify", {"build_id": built["build_id"]})
+        cand = await step("sweep", {**sweep, "label": "0901"})
+        await step("compare", {"baseline": base["sweep_id"], "candidate": cand["sweep_id"]})
+        await step("gate_check", {"sweep_id": cand["sweep_id"]})
+        store = RecordStore(ctx.data_dir)
+        windows = sum(w.duration_s for p in cand["points"]
+                      for w in store.load("prof", p["profile_id"], ProfileRecord).windows)
+        steps.append(("(windows inside the sweep)", windows))
+    return steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--window", type=float, default=10.0)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="lw-loop-")) / "vlab"
+    try:
+        control.up(root)
+        steps = asyncio.run(iteration(root / "lab.toml", args.window, args.reps))
+    finally:
+        control.down(root)
+    windows = steps[-1][1]
+    wall = sum(s for _, s in steps[:-1])
+    table = Table(title="one patch iteration (s)")
+    table.add_column("step")
+    table.add_column("wall", justify="right")
+    for name, secs in steps:
+        table.add_row(name, f"{secs:.2f}")
+    console = Console(width=120)
+    console.print(table)
+    over = wall - windows
+    console.print(f"iteration {wall:.1f} s, windows {windows:.1f} s, overhead {over:.1f} s = "
+                  f"{100 * over / windows:.1f}% of the window time (target <= 10%)")
+
+
+if __name__ == "__main__":
+    main()
