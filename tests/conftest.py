@@ -31,6 +31,21 @@ def vlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
         control.down(root)
 
 
+@pytest.fixture(scope="module")
+def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
+    """A vlab for one test module that changes its state (flashes, reboots, leases)."""
+    root = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_"))
+    try:
+        yield _bring_up(root)
+    finally:
+        control.down(root)
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
 @pytest.fixture
 def fresh_vlab(tmp_path: Path) -> Iterator[VlabLayout]:
     """A vlab of this test's own (for tests that break things on purpose)."""

@@ -23,7 +23,6 @@ from labwarden.tools.attribute import MAX_WINDOW_S
 from labwarden.tools.context import LabContext, open_lab
 from labwarden.tools.record import ToolCallRecord
 from labwarden.tools.runner import call_tool
-from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
 from .tooling import ok
@@ -41,22 +40,12 @@ DEAD_MAN_WITHIN_S = DEAD_MAN["window_s"] + 2
 TIMES: dict[str, list[float]] = {}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
-    root = tmp_path_factory.mktemp("attrlab")
-    try:
-        control.up(root)
-        yield VlabLayout.at(root)
-    finally:
-        control.down(root)
-        for name, times in TIMES.items():  # shown with -s; the report quotes them
-            if times:
-                print(f"\n{name}: max {max(times):.3f} s over {len(times)} trials")
+@pytest.fixture(scope="module", autouse=True)
+def _print_resume_times() -> Iterator[None]:
+    yield
+    for name, times in TIMES.items():  # shown with -s; the closing note quotes them
+        if times:
+            print(f"\n{name}: max {max(times):.3f} s over {len(times)} trials")
 
 
 def _pid(layout: VlabLayout, name: str) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from labwarden.lab.labstate import LabState
 from labwarden.lab.profile import LabProfile
 from labwarden.tools.context import open_lab
 from labwarden.tools.runner import call_tool
-from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
 from .tooling import baseline
@@ -24,19 +22,6 @@ from .tooling import baseline
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
-    root = tmp_path_factory.mktemp("health")
-    try:
-        control.up(root)
-        yield VlabLayout.at(root)
-    finally:
-        control.down(root)
 
 
 def _corrupt(image: Path) -> Path:

@@ -34,10 +34,6 @@ from labwarden.vlab.layout import VlabLayout
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 def _target(layout: VlabLayout, **kw: object) -> SshTarget:
     fields: dict[str, object] = {

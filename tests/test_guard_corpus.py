@@ -7,7 +7,7 @@ import functools
 import hashlib
 import os
 import tomllib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from labwarden.lab.profile import LabProfile
 from labwarden.tools.context import LabContext, open_lab
 from labwarden.tools.runner import call_tool
 from labwarden.transcripts.store import TranscriptStore
-from labwarden.vlab import control, dutstate, procs, rpc
+from labwarden.vlab import dutstate, procs, rpc
 from labwarden.vlab.layout import VlabLayout
 
 from .tooling import baseline
@@ -28,19 +28,6 @@ from .tooling import baseline
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
-    root = tmp_path_factory.mktemp("guard")
-    try:
-        control.up(root)
-        yield VlabLayout.at(root)
-    finally:
-        control.down(root)
 
 
 @functools.cache

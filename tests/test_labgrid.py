@@ -17,10 +17,6 @@ from tests.labgrid_fixtures import LabgridLab, free_port, running_labgrid
 pytestmark = [pytest.mark.anyio, pytest.mark.vlab]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 @pytest.fixture(scope="module")
 def lab(vlab: VlabLayout, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabgridLab]:

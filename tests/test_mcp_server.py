@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2 as httpx
@@ -21,7 +20,6 @@ from labwarden.lab.profile import LabProfile
 from labwarden.server.app import build_server
 from labwarden.tools import registry
 from labwarden.transcripts.store import TranscriptStore
-from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
 from .tooling import baseline
@@ -30,19 +28,6 @@ pytestmark = pytest.mark.anyio
 LABWARDEN = str(Path(sys.executable).parent / "labwarden")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
-    root = tmp_path_factory.mktemp("mcp")
-    try:
-        control.up(root)
-        yield VlabLayout.at(root)
-    finally:
-        control.down(root)
 
 
 def _server(lab: VlabLayout):  # type: ignore[no-untyped-def]
@@ -220,3 +205,62 @@ def test_non_loopback_without_auth_is_refused_at_start(lab: VlabLayout) -> None:
     res = subprocess.run([LABWARDEN, "serve", "--lab", str(lab.lab_toml), "--http", "0.0.0.0:8765"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "without authentication" in res.stderr
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _perf_on(pid: int) -> list[int]:
+    """perf processes attached to `pid` (perf record/stat -p PID)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"perf") and str(pid).encode() in argv:
+                out.append(int(entry.name))
+    return out
+
+
+async def _until(pred, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    import anyio
+
+    with anyio.move_on_after(timeout):
+        while not pred():
+            await anyio.sleep(0.02)
+        return True
+    return False
+
+
+async def test_cancelled_attribution_leaves_the_suspect_running(lab: VlabLayout) -> None:
+    import anyio
+
+    stamon = int((lab.run_dir / "stamon.pid").read_text())
+    async with Client(_server(lab)) as client:
+        assert not (await client.call_tool("fingerprint_verify", {"build_id": baseline(lab)})).is_error
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call_tool, "attribute", {"suspect": "stamon", "window_s": 30,
+                                                          "baseline_s": 1})
+            assert await _until(lambda: _state(stamon) in "tT", 30), "the pause never started"
+            tg.cancel_scope.cancel()  # the client gives up: MCP cancels the request
+        assert await _until(lambda: _state(stamon) not in "tT", 5), "the suspect stayed stopped"
+        status = await client.call_tool("lab_status", {})
+        assert not status.is_error
+
+
+async def test_cancelled_sweep_leaves_no_perf_behind(lab: VlabLayout) -> None:
+    import anyio
+
+    stad = int((lab.run_dir / "stad.pid").read_text())
+    async with Client(_server(lab)) as client:
+        assert not (await client.call_tool("fingerprint_verify", {"build_id": baseline(lab)})).is_error
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call_tool, "sweep", {"densities": [60], "reps": 1, "window_s": 30,
+                                                      "perf": True})
+            assert await _until(lambda: bool(_perf_on(stad)), 40), "perf never started"
+            tg.cancel_scope.cancel()
+        assert await _until(lambda: not _perf_on(stad), 10), f"perf left behind: {_perf_on(stad)}"
+        assert not list(lab.tmp_dir.glob("lw-*.perf.data")), "a perf.data was left on the DUT"

@@ -7,7 +7,6 @@ import base64
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from typer.testing import CliRunner
 
 from labwarden.cli import app
 from labwarden.playbook import model, refs
-from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
 DATA = Path(__file__).parent / "data"
@@ -41,15 +39,6 @@ def test_playbook_errors_name_the_step(tmp_path: Path) -> None:
     book = model.load(Path("playbooks/vlab-hotspot.toml"), {"window_s": 9})
     assert book.vars["window_s"] == 9 and len(book.steps) > 30
 
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
-    root = tmp_path_factory.mktemp("playbook")
-    try:
-        control.up(root)
-        yield VlabLayout.at(root)
-    finally:
-        control.down(root)
 
 
 def test_run_writes_a_report_chromium_can_read(lab: VlabLayout, artifacts_dir: Path) -> None:

@@ -33,10 +33,6 @@ TOWER = ["getStationStats", "wld_vap_sync_assoclist", "wld_ad_syncInfo", "dm_fin
 PERF_RECORD = ["record", "-N", "-z", "-e", "cpu-clock", "-F", "999", "--call-graph", "dwarf,32768"]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 # -- folded-stack definitions (no lab) --------------------------------------------------------
 

@@ -14,10 +14,6 @@ from labwarden.vlab.layout import VlabLayout
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 def _connect(layout: VlabLayout, **kw: object) -> asyncssh.connection._ConnectionManager:
     opts: dict[str, object] = {

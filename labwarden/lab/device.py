@@ -23,6 +23,7 @@ from types import TracebackType
 import asyncssh
 from pydantic import BaseModel, Field
 
+from labwarden.errors import LabError
 from labwarden.lab.shchannel import Capture, ChannelBroken, ShellChannel, both, command_line, read_to_eof
 from labwarden.lab.target import SshTarget
 
@@ -51,13 +52,8 @@ class RunResult(BaseModel):
     duration_s: float
 
 
-class DeviceError(RuntimeError):
+class DeviceError(LabError):
     """A DUT failure: what went wrong (`problem`) and what to do about it (`remedy`)."""
-
-    def __init__(self, problem: str, remedy: str):
-        self.problem = problem
-        self.remedy = remedy
-        super().__init__(f"{problem}\n  remedy: {remedy}")
 
 
 class Unreachable(DeviceError):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from labwarden.errors import LabError
 from labwarden.lab.target import SshTarget
 
 if TYPE_CHECKING:
@@ -44,13 +45,8 @@ class LabgridConfig(BaseModel, extra="forbid"):
         None, description="Strategy state to transition to for flashing (flash by labgrid strategy)")
 
 
-class LabgridError(RuntimeError):
-    """A failure with what went wrong and what to do about it."""
-
-    def __init__(self, problem: str, remedy: str):
-        self.problem = problem
-        self.remedy = remedy
-        super().__init__(f"{problem}\n  remedy: {remedy}")
+class LabgridError(LabError):
+    """A labgrid failure (env YAML, coordinator, place) with its remedy."""
 
 
 class PlaceBusy(LabgridError):

@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from labwarden.errors import LabError
+from labwarden.lab import pidfile
 
-class LoadError(RuntimeError):
-    def __init__(self, problem: str, remedy: str):
-        self.problem = problem
-        self.remedy = remedy
-        super().__init__(f"{problem} (remedy: {remedy})")
+
+class LoadError(LabError):
+    """The load generator cannot hold the clients asked for."""
 
 
 class StasimLoad(BaseModel):
@@ -28,33 +27,12 @@ class StasimLoad(BaseModel):
     pidfile: Path
     log: Path
 
-    def _pid(self) -> int | None:
-        try:
-            pid = int(self.pidfile.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-        try:
-            os.kill(pid, 0)
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return None
-        return None if state == "Z" else pid
-
     def running(self) -> bool:
-        return self._pid() is not None
+        return pidfile.alive(pidfile.read_pid(self.pidfile))
 
     def stop(self, timeout: float = 15) -> None:
-        """SIGTERM: stasim disassociates its stations, then exits."""
-        pid = self._pid()
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while self._pid() is not None and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if self._pid() is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        """SIGTERM: stasim disassociates its stations, then exits (SIGKILL after `timeout`)."""
+        pidfile.stop(pidfile.read_pid(self.pidfile), timeout)
         with contextlib.suppress(FileNotFoundError):
             self.pidfile.unlink()
 

@@ -14,12 +14,11 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 
+from labwarden.errors import LabError
 
-class ServeError(RuntimeError):
-    def __init__(self, problem: str, remedy: str):
-        self.problem = problem
-        self.remedy = remedy
-        super().__init__(f"{problem} ({remedy})")
+
+class ServeError(LabError):
+    """The MCP server cannot start as asked (bind address, token)."""
 
 
 def parse_bind(bind: str) -> tuple[str, int]:

@@ -253,4 +253,5 @@ async def run(ctx: LabContext, inp: AttributeInput) -> AttributeOutput:
 
 SPEC = ToolSpec(name="attribute", description=describe(__doc__),
                 input=AttributeInput, output=AttributeOutput, run=run, effect="mutates_dut",
-                requires=frozenset({"lease"}), budget_class="measure")
+                requires=frozenset({"lease", "board_healthy", "fingerprint_verified", "env_pinned"}),
+                budget_class="measure")

@@ -18,6 +18,7 @@ from pathlib import Path
 import asyncssh
 from pydantic import BaseModel, Field
 
+from labwarden.errors import LabError
 from labwarden.lab import uci
 from labwarden.lab.labstate import LabState
 from labwarden.lab.load import LoadError, StasimLoad
@@ -27,13 +28,8 @@ from labwarden.vlab.layout import SERVICES, VlabLayout
 TOOLCHAIN = ("gcc", "make", "git", "strip", "objcopy", "tar")
 
 
-class VlabError(RuntimeError):
+class VlabError(LabError):
     """A failure with what went wrong and what to do about it."""
-
-    def __init__(self, problem: str, remedy: str):
-        self.problem = problem
-        self.remedy = remedy
-        super().__init__(f"{problem}\n  remedy: {remedy}")
 
 
 class VlabInfo(BaseModel):
