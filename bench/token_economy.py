@@ -2,7 +2,7 @@
 would read, per tool and in total. Targets: no single result over 2,000 tokens; the whole story
 under 30,000.
 
-    .venv/bin/python bench/token_economy.py                       # runs the demo playbook (short windows)
+    .venv/bin/python bench/token_economy.py                       # runs the demo story (as make demo does)
     .venv/bin/python bench/token_economy.py --db DB --session ID  # reads a finished run's transcript
 """
 
@@ -29,8 +29,12 @@ def run_demo() -> tuple[Path, str]:
     root = Path(tempfile.mkdtemp(prefix="lw-tokens-")) / "vlab"
     try:
         control.up(root)
-        book = model.load(PLAYBOOK, {"window_s": 2, "reps": 2})
+        book = model.load(PLAYBOOK, {"window_s": 4, "reps": 3})  # what `make demo` runs
         rec = asyncio.run(execute(LabProfile.from_file(root / "lab.toml"), book, Console(stderr=True)))
+        Console().print(f"the demo story: {len(rec.steps)} steps in {rec.duration_s:.0f} s"
+                        + ("" if rec.ok else f", stopped at {rec.stopped_at}")
+                        + (f"; unmet: {[e for s in rec.steps for e in s.expectations]}"
+                           if any(s.expectations for s in rec.steps) else ""))
     finally:
         control.down(root)
     assert rec.session_id is not None
