@@ -45,9 +45,20 @@ class LabContext:
     transcript: TranscriptStore | None = None
     session_id: str | None = None
 
+    _state_cache: tuple[tuple[int, int, int], LabState] | None = None
+
     @property
     def state(self) -> LabState:
-        return LabState.load(self.data_dir)
+        """The lab state file, re-read only when it changed (the guard reads it on every call)."""
+        path = self.data_dir / "labstate.json"
+        try:
+            st = path.stat()
+            stamp = (st.st_mtime_ns, st.st_ino, st.st_size)  # save() renames a new file in
+        except FileNotFoundError:
+            return LabState()
+        if self._state_cache is None or self._state_cache[0] != stamp:
+            self._state_cache = (stamp, LabState.load(self.data_dir))
+        return self._state_cache[1].model_copy(deep=True)  # callers mutate and save their copy
 
     def save_state(self, state: LabState) -> None:
         state.save(self.data_dir)

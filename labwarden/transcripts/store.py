@@ -225,8 +225,10 @@ class TranscriptStore:
         ev = event.model_copy(update={"session_id": session_id, "seq": seq})
         body = canonical_json(ev)
         digest = link_hash(prev, body)
-        self.db["events"].insert({"id": ev.id, "session_id": session_id, "seq": seq, "kind": kind,
-                                  "ts": ev.ts.isoformat(), "body": body, "prev_hash": prev, "hash": digest})
+        # a plain INSERT: sqlite-utils' insert() introspects the table on every call (the hot path)
+        self.db.execute("INSERT INTO events (id, session_id, seq, kind, ts, body, prev_hash, hash) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [ev.id, session_id, seq, kind, ev.ts.isoformat(), body, prev, digest])
         self._side_tables(ev)
         if isinstance(ev, SessionEnded):
             self.db["sessions"].update(session_id, {"ended_at": ev.ts.isoformat(), "end_reason": ev.reason})
