@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from labwarden.errors import LabError
 from labwarden.lab.profile import LabProfile, ProfileError
 from labwarden.tools import registry
 from labwarden.tools.context import open_lab
@@ -91,11 +92,9 @@ def _make(spec: ToolSpec):  # type: ignore[no-untyped-def]
         except ProfileError as exc:
             err.print(f"[red]error:[/red] {exc}", markup=False)
             raise typer.Exit(2) from None
-        from labwarden.lab.device import DeviceError
-
         try:
             record = asyncio.run(_call(profile, spec.name, parsed))
-        except DeviceError as exc:
+        except LabError as exc:  # unreachable DUT, wrong host key, a labgrid place held by someone
             err.print(f"[red]error:[/red] {escape(exc.problem)}")
             err.print(f"[yellow]remedy:[/yellow] {escape(exc.remedy)}")
             raise typer.Exit(1) from None

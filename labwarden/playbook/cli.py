@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from labwarden.errors import LabError
 from labwarden.lab.profile import LabProfile, ProfileError
 from labwarden.playbook import model
 from labwarden.playbook.run import RunRecord, run
@@ -128,7 +129,11 @@ def run_cmd(
     except (ProfileError, model.PlaybookError) as exc:
         out.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
-    rec = asyncio.run(execute(profile, book))
+    try:
+        rec = asyncio.run(execute(profile, book))
+    except LabError as exc:  # the lab could not be opened: unreachable, host key, place held
+        out.print(f"[red]error:[/red] {escape(exc.problem)}\n[yellow]remedy:[/yellow] {escape(exc.remedy)}")
+        raise typer.Exit(1) from None
     for table in summary(rec):
         out.print(table)
     report = next((s for s in rec.steps if s.tool == "report" and s.record.ok), None)

@@ -46,6 +46,8 @@ class LabContext:
     session_id: str | None = None
 
     _state_cache: tuple[tuple[int, int, int], LabState] | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+    """What the session learnt once about the DUT (e.g. whether it takes uprobes)."""
 
     @property
     def state(self) -> LabState:

@@ -89,7 +89,9 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
     probes = prof.target.uprobes if inp.uprobes else {}
     notes: list[str] = []
     if probes:
-        reason = await dutprobes.dut_available(dev, prof.dut.paths.tracefs)
+        if "uprobes" not in ctx.facts:  # asked once a session: a wedged tracefs costs a timeout
+            ctx.facts["uprobes"] = await dutprobes.dut_available(dev, prof.dut.paths.tracefs)
+        reason = ctx.facts["uprobes"]
         if reason:  # CPU and perf still measure; the counters are said to be missing, and why
             notes.append(f"uprobe counters not measured: {reason}")
             probes = {}

@@ -12,9 +12,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from labwarden.errors import LabError
 from labwarden.guardrails.decision import GuardDecision, Refused
 from labwarden.guardrails.untrusted import clean, untrusted_fields
 from labwarden.lab.builder import BuildError
+from labwarden.lab.device import DeviceError
 from labwarden.lab.records import RecordNotFound
 from labwarden.tools import registry
 from labwarden.tools.context import LabContext
@@ -72,8 +74,6 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
     pending: list[Any] = []
     health_before = ctx.state.board_health
     if ctx.guard is not None:
-        from labwarden.lab.device import DeviceError
-
         try:
             decisions = await ctx.guard.check(spec, record.args)
         except Refused as exc:
@@ -105,12 +105,9 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         record.error = ToolFailure(kind="invalid_input", message=exc.problem, remedy=exc.remedy)
     except TimeoutError as exc:
         record.error = ToolFailure(kind="timeout", message=str(exc) or f"{name} timed out")
-    except Exception as exc:
-        from labwarden.lab.device import DeviceError
-
-        if not isinstance(exc, DeviceError):
-            raise
-        record.error = ToolFailure(kind="device", message=exc.problem, remedy=exc.remedy)
+    except LabError as exc:  # the DUT, the load generator, labgrid: each says what to do
+        record.error = ToolFailure(kind="device" if isinstance(exc, DeviceError) else "tool",
+                                   message=exc.problem, remedy=exc.remedy)
     except BaseException:
         if not record.ok and record.error is None:  # cancelled (client gave up) or interrupted
             record.error = ToolFailure(kind="cancelled", message=f"{name} was cancelled; its cleanup ran")
