@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from collections.abc import Iterator
@@ -55,8 +56,14 @@ def fresh_vlab(tmp_path: Path) -> Iterator[VlabLayout]:
         control.down(tmp_path / "vlab")
 
 
+@functools.cache
+def uprobes_reason() -> str | None:
+    """Asked once per run: on a wedged tracefs every ask costs seconds and a stuck process."""
+    return uprobes.available()
+
+
 def needs_uprobes() -> None:
-    reason = uprobes.available()
+    reason = uprobes_reason()
     if reason:
         pytest.skip(f"uprobes unavailable: {reason}")
     if shutil.which("perf") is None:
@@ -70,7 +77,7 @@ def artifacts_dir() -> Path:
 
 
 def pytest_report_header() -> list[str]:
-    return [f"labwarden tests as uid {os.geteuid()}; uprobes: {uprobes.available() or 'ok'}"]
+    return [f"labwarden tests as uid {os.geteuid()}; uprobes: {uprobes_reason() or 'ok'}"]
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ on the vlab's real files and processes), and every refusal present in the transc
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import tomllib
@@ -23,17 +22,12 @@ from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import dutstate, procs, rpc
 from labwarden.vlab.layout import VlabLayout
 
+from .conftest import uprobes_reason
 from .tooling import baseline
 
 pytestmark = pytest.mark.anyio
 
 
-
-
-@functools.cache
-def _uprobes_ok() -> bool:
-    """Once per run: reading a wedged tracefs blocks, and the check itself takes seconds."""
-    return uprobes.available() is None
 
 
 def dut_snapshot(layout: VlabLayout) -> dict[str, Any]:
@@ -48,7 +42,7 @@ def dut_snapshot(layout: VlabLayout) -> dict[str, Any]:
         pid = procs.read_pid(layout.run_dir / f"{name}.pid")
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if pid else None
         services[name] = (pid, state)
-    probes = (uprobes.TRACEFS / "uprobe_events").read_text() if _uprobes_ok() else ""
+    probes = (uprobes.TRACEFS / "uprobe_events").read_text() if uprobes_reason() is None else ""
     return {"files": files, "services": services, "stations": rpc.count(layout.socket)["total"],
             "probes": [ln for ln in probes.splitlines() if "labwarden" in ln],
             "builds": sorted(p.name for p in layout.builds.iterdir()),
