@@ -66,7 +66,7 @@ def main() -> None:
     args = ap.parse_args()
     dens = [int(d) for d in args.densities.split(",")]
     root = args.dir or tempfile.mkdtemp(prefix="vlab-bench-")
-    console = Console()
+    console = Console(width=150)
     variants = [v for v in VARIANTS if not args.only or v.name in args.only.split(",")]
     results: dict[str, list[curve.CurvePoint]] = {}
     try:
@@ -77,11 +77,10 @@ def main() -> None:
             control.flash(root, v.patches)
             dutstate.pin(layout, stamon_rpc=v.stamon_rpc, trace_level=v.trace_level or 400)
             control.restart_services(root)
-            with stamon_stopped(layout, v.stop_stamon):
+            with stamon_stopped(layout, v.stop_stamon), console.status(v.name) as status:
                 results[v.name] = curve.measure_curve(
                     root, dens, reps=args.reps, window_s=args.window,
-                    progress=lambda m, name=v.name: console.print(f"  {name}: {m}", end="\r"))
-            console.print()
+                    progress=lambda m, name=v.name, st=status: st.update(f"{name}: {m}"))
     finally:
         control.down(root)
 
