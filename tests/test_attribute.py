@@ -25,7 +25,7 @@ from labwarden.tools.record import ToolCallRecord
 from labwarden.tools.runner import call_tool
 from labwarden.vlab.layout import VlabLayout
 
-from .tooling import ok
+from .tooling import baseline, ok
 
 pytestmark = [pytest.mark.anyio, pytest.mark.vlab]
 TRIALS = 10
@@ -116,6 +116,8 @@ async def _call(layout: VlabLayout, args: dict[str, Any], profile: LabProfile | 
 
 
 async def test_attribute_stamon_at_114(lab: VlabLayout) -> None:
+    # through the guarded door: attribute measures, so it needs a verified image
+    assert (await ok(lab, "fingerprint_verify", {"build_id": baseline(lab)}))["verified"]
     await ok(lab, "associate", {"stations": 114})
     pid = _pid(lab, "stamon")
     res = await ok(lab, "attribute", SHORT)
