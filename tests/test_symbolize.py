@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -94,15 +93,11 @@ def record_profile(layout: VlabLayout, build_id: str, stations: int = 114, secon
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
+def lab(lab: VlabLayout) -> VlabLayout:
+    """The shared module vlab (conftest), when perf is there to record it."""
     if shutil.which("perf") is None:
         pytest.skip("perf not installed (apt-get install linux-perf)")
-    root = tmp_path_factory.mktemp("symlab")
-    try:
-        control.up(root)
-        yield VlabLayout.at(root)
-    finally:
-        control.down(root)
+    return lab
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -37,44 +36,34 @@ def _txn_rate(layout: VlabLayout) -> float:
     return counts["labwarden:txn"] / WINDOW_S
 
 
-@pytest.fixture(scope="module")
-def mech_vlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
-    root = tmp_path_factory.mktemp("mech")
-    try:
-        control.up(root)
-        yield VlabLayout.at(root)
-    finally:
-        control.down(root)
-
-
 @pytest.mark.parametrize("stations", [18, 60])
-def test_baseline_one_write_txn_per_station_per_second(mech_vlab: VlabLayout,
+def test_baseline_one_write_txn_per_station_per_second(lab: VlabLayout,
                                                        stations: int) -> None:
-    control.associate(mech_vlab.root, stations)
+    control.associate(lab.root, stations)
     time.sleep(1.0)
-    rate = _txn_rate(mech_vlab)
+    rate = _txn_rate(lab)
     assert 0.8 * stations <= rate <= 1.2 * stations, rate
 
 
-def test_stopping_the_monitor_stops_the_writes(mech_vlab: VlabLayout) -> None:
-    control.associate(mech_vlab.root, 18)
-    stamon = procs.read_pid(mech_vlab.run_dir / "stamon.pid")
+def test_stopping_the_monitor_stops_the_writes(lab: VlabLayout) -> None:
+    control.associate(lab.root, 18)
+    stamon = procs.read_pid(lab.run_dir / "stamon.pid")
     assert stamon is not None
     os.kill(stamon, signal.SIGSTOP)
     try:
         time.sleep(1.2)  # let an in-flight poll finish
-        assert _txn_rate(mech_vlab) == 0
+        assert _txn_rate(lab) == 0
     finally:
         os.kill(stamon, signal.SIGCONT)
     time.sleep(1.5)
-    assert _txn_rate(mech_vlab) > 0.8 * 18
+    assert _txn_rate(lab) > 0.8 * 18
 
 
-def test_0901_gates_the_write_back(mech_vlab: VlabLayout) -> None:
-    control.flash(mech_vlab.root, ["0901"])
-    dutstate.pin(mech_vlab)  # the flash rebooted the DUT: undo drift, keep the topology
-    control.restart_services(mech_vlab.root)
-    control.associate(mech_vlab.root, 60)
+def test_0901_gates_the_write_back(lab: VlabLayout) -> None:
+    control.flash(lab.root, ["0901"])
+    dutstate.pin(lab)  # the flash rebooted the DUT: undo drift, keep the topology
+    control.restart_services(lab.root)
+    control.associate(lab.root, 60)
     time.sleep(2.0)  # the first sync of each new station writes once
-    rate = _txn_rate(mech_vlab)
+    rate = _txn_rate(lab)
     assert rate <= 0.05 * 60, rate
