@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from labwarden.cli_lab import DEFAULT_LAB, LabOpt, load_profile
 from labwarden.errors import LabError
-from labwarden.lab.profile import LabProfile, ProfileError
+from labwarden.lab.profile import LabProfile
 from labwarden.tools import registry
 from labwarden.tools.context import open_lab
 from labwarden.tools.record import ToolCallRecord
@@ -26,7 +25,6 @@ call_app = typer.Typer(help="Call one lab tool with JSON arguments (see `labward
 err = Console(stderr=True)
 out = Console()
 
-DEFAULT_LAB = os.environ.get("LABWARDEN_LAB", ".vlab/lab.toml")
 
 
 def schema_help(spec: ToolSpec) -> str:
@@ -76,7 +74,7 @@ async def _call(profile: LabProfile, name: str, args: dict[str, Any]) -> ToolCal
 def _make(spec: ToolSpec):  # type: ignore[no-untyped-def]
     def command(
         args: Annotated[str, typer.Argument(help="JSON object of arguments")] = "{}",
-        lab: Annotated[Path, typer.Option("--lab", help="lab profile (TOML)")] = Path(DEFAULT_LAB),
+        lab: LabOpt = DEFAULT_LAB,
         as_json: Annotated[bool, typer.Option("--json", help="print the whole call record")] = False,
     ) -> None:
         try:
@@ -87,11 +85,7 @@ def _make(spec: ToolSpec):  # type: ignore[no-untyped-def]
         if not isinstance(parsed, dict):
             err.print("[red]error:[/red] arguments must be a JSON object, e.g. '{\"stations\": 18}'")
             raise typer.Exit(2)
-        try:
-            profile = LabProfile.from_file(lab)
-        except ProfileError as exc:
-            err.print(f"[red]error:[/red] {exc}", markup=False)
-            raise typer.Exit(2) from None
+        profile = load_profile(lab, err)
         try:
             record = asyncio.run(_call(profile, spec.name, parsed))
         except LabError as exc:  # unreachable DUT, wrong host key, a labgrid place held by someone

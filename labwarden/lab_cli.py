@@ -10,25 +10,20 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from labwarden.cli_lab import DEFAULT_LAB, LabOpt, load_profile
 from labwarden.lab.labstate import LabState
-from labwarden.lab.profile import LabProfile, ProfileError
+from labwarden.lab.profile import LabProfile
 
 lab_app = typer.Typer(help="Lab administration by a person (board health).", no_args_is_help=True)
 out = Console()
 err = Console(stderr=True)
-LabOpt = Annotated[Path, typer.Option("--lab", help="lab profile (TOML)")]
-
 
 def _profile(lab: Path) -> LabProfile:
-    try:
-        return LabProfile.from_file(lab)
-    except ProfileError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+    return load_profile(lab, err)
 
 
 @lab_app.command("health")
-def health(lab: LabOpt = Path(".vlab/lab.toml")) -> None:
+def health(lab: LabOpt = DEFAULT_LAB) -> None:
     """Show the board's health (good / unknown / bad), why, and what was flashed and verified."""
     state = LabState.load(_profile(lab).data_dir())
     out.print(f"board: {state.board_health}" + (f" ({escape(state.health_reason)})"
@@ -37,7 +32,7 @@ def health(lab: LabOpt = Path(".vlab/lab.toml")) -> None:
 
 
 @lab_app.command("clear-bad")
-def clear_bad(lab: LabOpt = Path(".vlab/lab.toml"),
+def clear_bad(lab: LabOpt = DEFAULT_LAB,
               reason: Annotated[str, typer.Option(help="what the person checked or fixed")] = "") -> None:
     """Clear a `bad` board after a person has inspected it. The board becomes `unknown`: a
     health check (flash a known image, then fingerprint_verify) still has to prove it."""

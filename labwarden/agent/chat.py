@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -71,7 +70,7 @@ async def run_chat(profile: LabProfile, opts: ModelOptions, *, limits: Limits, q
     return outcome
 
 
-def chat(lab: LabOpt = Path(options.DEFAULT_LAB), model: ModelOpt = options.DEFAULT_MODEL,
+def chat(lab: LabOpt = options.DEFAULT_LAB, model: ModelOpt = options.DEFAULT_MODEL,
          base_url: BaseUrlOpt = None, budget_usd: BudgetOpt = None, max_turns: MaxTurnsOpt = 30,
          message: Annotated[list[str] | None, typer.Option(
              "--message", "-m", help="send this instead of reading stdin; repeatable")] = None,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -12,13 +11,11 @@ from rich.markup import escape
 
 from labwarden.agent.loop import Hooks
 from labwarden.agent.model import DEFAULT_MODEL, ModelOptions, Totals, check_priced
-from labwarden.lab.profile import LabProfile, ProfileError
+from labwarden.cli_lab import DEFAULT_LAB, LabOpt, load_profile
+from labwarden.lab.profile import LabProfile
 from labwarden.tools.record import ToolCallRecord
 from labwarden.transcripts.pricing import UnknownModel
 
-DEFAULT_LAB = os.environ.get("LABWARDEN_LAB", ".vlab/lab.toml")
-
-LabOpt = Annotated[Path, typer.Option("--lab", help="lab profile (TOML)")]
 ModelOpt = Annotated[str, typer.Option("--model", help="model id (must be in the price table)")]
 BaseUrlOpt = Annotated[str | None, typer.Option(
     "--base-url", help="Messages API base URL (default: ANTHROPIC_BASE_URL, else Anthropic's)")]
@@ -26,7 +23,7 @@ BudgetOpt = Annotated[float | None, typer.Option(
     "--budget-usd", help="stop before a model call once this many dollars are spent")]
 MaxTurnsOpt = Annotated[int, typer.Option("--max-turns", help="model calls per request: a safety cap")]
 
-__all__ = ["DEFAULT_MODEL", "BaseUrlOpt", "BudgetOpt", "LabOpt", "MaxTurnsOpt", "ModelOpt"]
+__all__ = ["DEFAULT_LAB", "DEFAULT_MODEL", "BaseUrlOpt", "BudgetOpt", "LabOpt", "MaxTurnsOpt", "ModelOpt"]
 
 
 def fail(console: Console, problem: str, remedy: str, code: int = 1) -> NoReturn:
@@ -36,11 +33,7 @@ def fail(console: Console, problem: str, remedy: str, code: int = 1) -> NoReturn
 
 
 def load(console: Console, lab: Path, model: str, base_url: str | None) -> tuple[LabProfile, ModelOptions]:
-    try:
-        profile = LabProfile.from_file(lab)
-    except ProfileError as exc:
-        console.print(f"[red]error:[/red] {exc}", markup=False)
-        raise typer.Exit(2) from None
+    profile = load_profile(lab, console)
     try:
         check_priced(model)
     except UnknownModel as exc:

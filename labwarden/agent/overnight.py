@@ -120,7 +120,7 @@ async def run_loop(profile: LabProfile, opts: ModelOptions, *, goal: str | None,
         await model.close()
 
 
-def loop(lab: LabOpt = Path(options.DEFAULT_LAB),
+def loop(lab: LabOpt = options.DEFAULT_LAB,
          goal: Annotated[str | None, typer.Option(help="what to improve (default: from the prompt; "
                                                   "with --resume: the resumed run's)")] = None,
          budget_usd: BudgetOpt = None,

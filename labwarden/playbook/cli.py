@@ -13,8 +13,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from labwarden.cli_lab import DEFAULT_LAB, LabOpt, load_profile
 from labwarden.errors import LabError
-from labwarden.lab.profile import LabProfile, ProfileError
+from labwarden.lab.profile import LabProfile
 from labwarden.playbook import model
 from labwarden.playbook.run import RunRecord, run
 from labwarden.tools.context import open_lab
@@ -117,16 +118,16 @@ def summary(rec: RunRecord) -> list[Table]:
 
 def run_cmd(
     playbook: Annotated[Path, typer.Argument(help="playbook TOML, e.g. playbooks/vlab-hotspot.toml")],
-    lab: Annotated[Path, typer.Option("--lab", help="lab profile (TOML)")] = Path(".vlab/lab.toml"),
+    lab: LabOpt = DEFAULT_LAB,
     set_: Annotated[list[str] | None, typer.Option("--set", help="override a var: NAME=VALUE "
                                                    "(JSON), repeatable")] = None,
 ) -> None:
     """Run a playbook: a deterministic sequence of tool calls (no model) through the same guard and
     transcript as any agent; prints each step, a summary, and the report path if it writes one."""
+    profile = load_profile(lab, out)
     try:
-        profile = LabProfile.from_file(lab)
         book = model.load(playbook, _parse_sets(set_ or []))
-    except (ProfileError, model.PlaybookError) as exc:
+    except model.PlaybookError as exc:
         out.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
     try:

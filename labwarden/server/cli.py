@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from labwarden.lab.profile import LabProfile, ProfileError
+from labwarden.cli_lab import DEFAULT_LAB, LabOpt, load_profile
 from labwarden.server import http
 from labwarden.server.app import build_server
 
@@ -17,7 +17,7 @@ err = Console(stderr=True)  # never stdout: on stdio, stdout is the protocol
 
 
 def serve(
-    lab: Annotated[Path, typer.Option("--lab", help="lab profile (TOML)")] = Path(".vlab/lab.toml"),
+    lab: LabOpt = DEFAULT_LAB,
     http_bind: Annotated[str | None, typer.Option("--http", help="serve streamable HTTP on HOST:PORT "
                                                   "instead of stdio (loopback unless --token-file)")] = None,
     token_file: Annotated[Path | None, typer.Option(help="bearer token file (chmod 600); required "
@@ -27,11 +27,7 @@ def serve(
                                                     "lab's data dir)")] = None,
 ) -> None:
     """Serve every lab tool, resource and prompt over MCP; every call is guarded and logged."""
-    try:
-        profile = LabProfile.from_file(lab)
-    except ProfileError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+    profile = load_profile(lab, err)
     if http_bind is None:
         build_server(profile, client="mcp-stdio", transcript=transcript).run("stdio")
         return
