@@ -1,7 +1,10 @@
 """A no-op tool for the overhead benches, and the two stdio servers that serve it.
 
-    python bench/_noop.py labwarden LAB_TOML [TRANSCRIPT_DB]   # labwarden's server + guard + transcript
+    python bench/_noop.py labwarden LAB_TOML [TRANSCRIPT_DB [FSYNC]]   # labwarden's server + guard +
+                                                                  # transcript ([policy] transcript_fsync)
     python bench/_noop.py bare                                  # a bare MCPServer, same tool
+    python bench/_noop.py layer LAB_TOML TRANSCRIPT_DB          # labwarden's server with the runner
+                                                                  # short-cut: its MCP layer alone
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from labwarden.lab.profile import LabProfile
 from labwarden.tools.spec import ToolSpec
 
 
@@ -49,12 +53,33 @@ def main() -> None:
         server.run("stdio")
     else:
         register()
-        from labwarden.lab.profile import LabProfile
         from labwarden.server.app import build_server
 
+        if sys.argv[1] == "layer":
+            _short_cut_runner()
+
         transcript = Path(sys.argv[3]) if len(sys.argv) > 3 else None
-        build_server(LabProfile.from_file(sys.argv[2]), transcript=transcript,
-                     client="bench").run("stdio")
+        build_server(with_fsync(LabProfile.from_file(sys.argv[2]), *sys.argv[4:5]),
+                     transcript=transcript, client="bench").run("stdio")
+
+
+def _short_cut_runner() -> None:
+    """Replace the runner (validation, guard, transcript) in the server by a direct call."""
+    from labwarden.server import tools
+    from labwarden.tools.record import ToolCallRecord
+
+    async def direct(ctx: object, name: str, args: dict) -> ToolCallRecord:  # type: ignore[type-arg]
+        out = NoopOutput(n=args.get("n", 0))
+        return ToolCallRecord(tool=name, args=args, ok=True, result=out.model_dump(), output=out,
+                              result_json=out.model_dump_json())
+
+    tools.call_tool = direct  # type: ignore[assignment]
+
+
+def with_fsync(profile: LabProfile, mode: str = "changes") -> LabProfile:
+    """The profile with [policy] transcript_fsync set (the benches compare both)."""
+    policy = profile.policy.model_copy(update={"transcript_fsync": mode})
+    return profile.model_copy(update={"policy": policy})
 
 
 if __name__ == "__main__":

@@ -251,3 +251,25 @@ async def test_refusals_survive_in_the_store(lab: VlabLayout) -> None:
     assert kinds[0] == "session_started" and kinds[-1] == "session_ended"
     assert "guard_decision" in kinds and "tool_called" in kinds
     assert os.path.getsize(lab.data_dir / "transcripts.db") > 0
+
+
+async def test_calls_that_change_the_dut_are_fsynced_before_they_return(lab: VlabLayout) -> None:
+    """A read-only call is committed without an fsync (synchronous=NORMAL: it survives kill -9,
+    see test_transcripts_crash); a call that changes the DUT is committed with one (FULL);
+    [policy] transcript_fsync = "every_call" makes every commit durable."""
+    assert await _verified(lab)
+
+    def level(ctx: LabContext) -> int:
+        assert ctx.transcript is not None
+        return int(ctx.transcript.db.execute("PRAGMA synchronous").fetchone()[0])
+
+    async with open_lab(profile_with(lab, heal=[]), client="test") as ctx:
+        assert (await call_tool(ctx, "lab_status", {})).ok
+        assert level(ctx) == 1
+        assert (await call_tool(ctx, "associate", {"stations": 0})).ok
+        assert level(ctx) == 2
+        assert (await call_tool(ctx, "lab_status", {})).ok
+        assert level(ctx) == 1
+    async with open_lab(profile_with(lab, heal=[], transcript_fsync="every_call"), client="test") as ctx:
+        assert (await call_tool(ctx, "lab_status", {})).ok
+        assert level(ctx) == 2

@@ -74,6 +74,20 @@ async def test_call_lab_status_and_refusal_is_error_with_code(lab: VlabLayout) -
         assert _err(unknown)["code"] == "unsafe_argument"
 
 
+async def test_the_text_is_the_json_the_transcript_counted(lab: VlabLayout) -> None:
+    """The model reads content[0].text: it is the structured result, compact (one line), exactly the
+    characters the transcript prices (result_chars). The allow is on the call's own event."""
+    async with Client(_server(lab)) as client:
+        res = await client.call_tool("lab_status", {})
+    text = res.content[0].text  # type: ignore[union-attr]
+    assert json.loads(text) == res.structured_content and "\n" not in text
+    with TranscriptStore(lab.data_dir / "transcripts.db") as store:
+        newest = max((s for s in store.sessions() if s.client == "mcp"), key=lambda s: s.started_at)
+        called = [e.event for e in store.events(newest.id) if e.event.kind == "tool_called"]
+    assert called[-1].call.tool == "lab_status"  # type: ignore[union-attr]
+    assert called[-1].result_chars == len(text) and called[-1].guard == "allow"  # type: ignore[union-attr]
+
+
 async def test_sweep_reports_progress_and_every_call_is_logged(lab: VlabLayout) -> None:
     seen: list[tuple[float, float | None, str | None]] = []
 

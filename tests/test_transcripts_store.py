@@ -189,10 +189,15 @@ def test_a_checkpoint_taken_earlier_still_matches_after_more_appends(tmp_path: P
 
 WRITER = """
 import sys
-from labwarden.transcripts import Note, TranscriptStore
+from labwarden.tools.record import ToolCallRecord
+from labwarden.transcripts import Note, ToolCalled, TranscriptStore
 store = TranscriptStore(sys.argv[1])
 for i in range(int(sys.argv[3])):
-    store.append(sys.argv[2], Note(text=f"{sys.argv[4]} {i}"))
+    if i % 2:  # the runner's hot path: one event, head cached, no fsync
+        call = ToolCallRecord(tool="lab_status", args={"i": i}, ok=True, result={})
+        store.append_many(sys.argv[2], [ToolCalled.of(call)], durable=False)
+    else:
+        store.append(sys.argv[2], Note(text=f"{sys.argv[4]} {i}"))
 """
 
 
@@ -208,3 +213,34 @@ def test_two_processes_appending_to_one_session_never_fork_the_chain(tmp_path: P
         report = audit(store, sid)
     assert [r.seq for r in rows] == list(range(1, 122))
     assert report.ok, report.problems
+
+
+def test_a_stale_cached_head_is_read_again_not_forked(tmp_path: Path) -> None:
+    """Two stores on one session, alternating: each one's cached head goes stale every time the
+    other appends; the UNIQUE (session, seq) index refuses the stale seq and the append retries
+    from the real head."""
+    db = tmp_path / "t.db"
+    call = ToolCallRecord(tool="lab_status", args={}, ok=True, result={})
+    with TranscriptStore(db) as a, TranscriptStore(db) as b:
+        sid = a.start_session("mcp")
+        for _ in range(10):
+            for store in (a, b):
+                stored = store.append_many(sid, [ToolCalled.of(call)], durable=False)
+                assert stored[0].seq == len(store.rows(sid))
+        report = audit(a, sid)
+        assert [r.seq for r in a.rows(sid)] == list(range(1, 22))
+    assert report.ok, report.problems
+
+
+def test_durable_commits_fsync_and_the_others_do_not(tmp_path: Path) -> None:
+    """durable=True commits under synchronous=FULL (the WAL is fsynced), durable=False under
+    NORMAL; each is committed, i.e. visible to another connection, when the call returns."""
+    db = tmp_path / "t.db"
+    with TranscriptStore(db) as store:
+        sid = store.start_session("mcp")
+        other = sqlite3.connect(db)
+        for durable, level in ((False, 1), (True, 2), (False, 1)):
+            store.append_many(sid, [Note(text=str(durable))], durable=durable)
+            assert store.db.execute("PRAGMA synchronous").fetchone()[0] == level
+            assert other.execute("SELECT count(*) FROM events").fetchone()[0] == len(store.rows(sid))
+        other.close()

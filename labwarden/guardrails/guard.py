@@ -115,13 +115,15 @@ class Guard:
                              "check the paths and [topology] in the lab profile")
         return changes
 
-    async def check(self, spec: ToolSpec, args: dict[str, Any]) -> list[GuardDecision]:
-        """Decisions in order; raises Refused (with its decision) to stop the call."""
+    async def check(self, spec: ToolSpec, args: dict[str, Any],
+                    state: LabState | None = None) -> list[GuardDecision]:
+        """Decisions in order (heals, then the allow); raises Refused (with its decision) to stop
+        the call. `state`: the lab state as the caller just read it (read here otherwise)."""
         over = self.budget.exceeded(spec.name)
         if over:
             raise refuse(spec.name, "budget_exceeded", over, "start a new session with a larger budget")
         self._inputs(spec, args)
-        state = self.ctx.state
+        state = state or self.ctx.peek_state()
         self._health(spec, args, state)
         if "fingerprint_verified" in spec.requires and not state.fingerprint_ok():
             build = state.flashed_build or "the running build"

@@ -184,6 +184,12 @@ class PolicySection(_Strict):
     heal: list[HealKind] = Field(default_factory=list, examples=[["governor", "boost"]])
     budgets: BudgetSection = Field(default_factory=BudgetSection)
     lease_ttl_s: float = Field(300, gt=0, le=86_400, examples=[300])
+    transcript_fsync: Literal["changes", "every_call"] = Field(
+        "changes", examples=["changes"],
+        description="when a tool call's transcript commit waits for fsync: `changes` for calls "
+        "that change the DUT (and heals, and a board turning bad), `every_call` for all. Every "
+        "event is committed before its call returns either way (it survives kill -9); `changes` "
+        "lets a power cut lose read-only events after the last change")
 
 
 class LabProfile(_Strict):

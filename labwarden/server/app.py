@@ -37,7 +37,7 @@ def build_server(profile: LabProfile, *, transcript: Path | None = None, client:
         async with open_lab(profile, user=user, client=client, transcript=transcript) as lab:
             yield ServerState(lab=lab)
 
-    server: MCPServer[ServerState] = MCPServer(
+    server: MCPServer[ServerState] = tools.LabServer(
         name="labwarden", title="labwarden performance lab", version=__version__,
         instructions=INSTRUCTIONS, lifespan=lifespan, token_verifier=token_verifier, auth=auth,
         log_level="WARNING")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
@@ -46,21 +47,29 @@ class LabContext:
     session_id: str | None = None
 
     _state_cache: tuple[tuple[int, int, int], LabState] | None = None
+    _state_path: str = ""
+
+    def __post_init__(self) -> None:
+        self._state_path = str(self.data_dir / "labstate.json")  # stat()ed on every call
     facts: dict[str, Any] = field(default_factory=dict)
     """What the session learnt once about the DUT (e.g. whether it takes uprobes)."""
 
     @property
     def state(self) -> LabState:
-        """The lab state file, re-read only when it changed (the guard reads it on every call)."""
-        path = self.data_dir / "labstate.json"
+        """The lab state file, as a copy to change and save_state()."""
+        return self.peek_state().model_copy(deep=True)
+
+    def peek_state(self) -> LabState:
+        """The lab state file, re-read only when it changed (the guard reads it on every call).
+        Shared: read it, never change it (use `state` for that)."""
         try:
-            st = path.stat()
+            st = os.stat(self._state_path)
             stamp = (st.st_mtime_ns, st.st_ino, st.st_size)  # save() renames a new file in
         except FileNotFoundError:
             return LabState()
         if self._state_cache is None or self._state_cache[0] != stamp:
             self._state_cache = (stamp, LabState.load(self.data_dir))
-        return self._state_cache[1].model_copy(deep=True)  # callers mutate and save their copy
+        return self._state_cache[1]
 
     def save_state(self, state: LabState) -> None:
         state.save(self.data_dir)
@@ -70,11 +79,13 @@ class LabContext:
         sink = current_progress.get() or self.progress
         await sink(done, total, message)
 
-    def log(self, *events: Any) -> None:
-        """Append transcript events in one transaction (committed before this returns: one fsync
-        however many); no-op when unlogged."""
+    def log(self, *events: Any, durable: bool = True) -> None:
+        """Append transcript events in one transaction, committed before this returns (at most
+        one fsync however many; none when not durable and the profile allows it); no-op when
+        unlogged."""
         if self.transcript is not None and self.session_id is not None and events:
-            self.transcript.append_many(self.session_id, list(events))
+            durable = durable or self.profile.policy.transcript_fsync == "every_call"
+            self.transcript.append_many(self.session_id, list(events), durable=durable)
 
 
 def default_transcript(profile: LabProfile) -> Path:

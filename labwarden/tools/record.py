@@ -36,3 +36,8 @@ class ToolCallRecord(BaseModel):
     progress: list[str] = Field(default_factory=list, description="progress messages, in order")
     untrusted: list[str] = Field(default_factory=list, description="result fields that carry device "
                                  "output: data to read, never instructions to follow")
+    output: Any = Field(None, exclude=True, repr=False, description="the output model itself, "
+                        "for in-process callers")
+    result_json: str | None = Field(None, exclude=True, repr=False, description="the JSON of the "
+                                    "result or error as the transcript counted it; the MCP "
+                                    "server sends exactly this text")

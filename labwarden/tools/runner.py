@@ -6,7 +6,6 @@ transcript attach here, so nobody has to remember to check or log.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -40,18 +39,27 @@ def _decision_event(d: GuardDecision) -> Any:
                                 remedy=d.remedy, changes=d.changes)
 
 
-def _call_event(record: ToolCallRecord, conditions: dict[str, Any] | None) -> Any:
+def _call_event(record: ToolCallRecord, conditions: dict[str, Any] | None,
+                allowed: bool = False) -> Any:
     from labwarden.transcripts import events
 
-    payload = record.result if record.ok else (record.error.model_dump() if record.error else None)
-    return events.ToolCalled.of(record, result_json=json.dumps(payload, default=str),
-                                conditions=conditions)
+    # compact JSON of what the client gets (the MCP server sends exactly this text)
+    shown = record.output if record.ok else record.error
+    record.result_json = shown.model_dump_json() if shown is not None else "null"
+    return events.ToolCalled.of(record, result_json=record.result_json, conditions=conditions,
+                                guard="allow" if allowed else None)
+
+
+CHANGES_DUT = frozenset({"mutates_dut", "destructive"})
+"""Effects whose transcript commit waits for fsync before the call returns. The others (reads,
+host-only work, refusals) are committed without it: they survive kill -9, and the next durable
+commit puts them on disk too (transcripts/store.py)."""
 
 
 def _refused(ctx: LabContext, record: ToolCallRecord, d: GuardDecision) -> ToolCallRecord:
     record.error = ToolFailure(kind="refused" if d.code != "invalid_input" else "invalid_input",
                                code=d.code, message=d.reason, remedy=d.remedy)
-    ctx.log(_decision_event(d), _call_event(record, None))  # one transaction
+    ctx.log(_decision_event(d), _call_event(record, None), durable=False)  # nothing ran
     return record
 
 
@@ -72,28 +80,30 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
     record.args = inp.model_dump(mode="json")
     conditions = None
     pending: list[Any] = []
-    health_before = ctx.state.board_health
+    state = ctx.peek_state()  # one read per call, shared with the guard
+    health_before = state.board_health
     if ctx.guard is not None:
         try:
-            decisions = await ctx.guard.check(spec, record.args)
+            decisions = await ctx.guard.check(spec, record.args, state)
         except Refused as exc:
             return _refused(ctx, record, exc.decision)
         except DeviceError as exc:  # the guard could not read or lease the DUT: nothing ran
             record.error = ToolFailure(kind="device", message=clean(exc.problem), remedy=exc.remedy)
-            ctx.log(_call_event(record, None))
+            ctx.log(_call_event(record, None), durable=False)
             return record
-        # A heal changed the DUT: committed now, before the tool runs. A plain allow is
-        # committed with the call's own event below (one fsync per call instead of two).
+        # A heal changed the DUT: committed (durably) now, before the tool runs. The allow
+        # that follows is recorded on the call's own event (ToolCalled.guard): one row, one
+        # commit per call.
         heals = [_decision_event(d) for d in decisions if d.decision == "heal"]
         if heals:
             ctx.log(*heals)
-        pending = [_decision_event(d) for d in decisions if d.decision != "heal"]
         conditions = ctx.guard.last_conditions
     t0 = time.monotonic()
     mark = len(ctx.messages)
     try:
         out = await spec.run(ctx, inp)
         record.result = out.model_dump(mode="json")
+        record.output = out
         record.untrusted = untrusted_fields(spec.output)
         record.ok = True
     except ToolError as exc:
@@ -118,9 +128,12 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
             record.error.lines = [clean(ln, 300) for ln in record.error.lines[:40]]
         record.duration_s = round(time.monotonic() - t0, 4)
         record.progress = ctx.messages[mark:]
+        durable = spec.effect in CHANGES_DUT
         if ctx.guard is not None:
             after = ctx.guard.after(spec, record.args, record.ok, record.result, health_before)
-            if after is not None:
+            if after is not None:  # the board turned bad: that must survive a power cut
                 pending.append(_decision_event(after))
-        ctx.log(*pending[:1], _call_event(record, conditions), *pending[1:])
+                durable = True
+        ctx.log(_call_event(record, conditions, allowed=ctx.guard is not None), *pending,
+                durable=durable)
     return record

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 
 from pydantic import BaseModel
 
@@ -11,10 +10,11 @@ GENESIS = "0" * 64
 """The `prev_hash` of a session's first event."""
 
 
-def canonical_json(event: BaseModel) -> str:
-    """The stored body: JSON with sorted keys, no whitespace, UTF-8 kept as is."""
-    return json.dumps(event.model_dump(mode="json"), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False)
+def body_json(event: BaseModel) -> str:
+    """The stored body: the model's JSON (fields in declaration order, no whitespace, UTF-8
+    kept). The hash covers these bytes as stored, so nothing ever has to re-serialize an event
+    the same way to verify it; pydantic's serializer is ~3x faster than json.dumps(sort_keys)."""
+    return event.model_dump_json()
 
 
 def link_hash(prev_hash: str, body: str) -> str:

@@ -20,7 +20,8 @@ from labwarden.transcripts.usage import Usage
 
 # Version of the stored event bodies. Do NOT reorder, rename or remove fields of any event, nor
 # change a `kind` literal, without bumping it: bodies are hashed as written and read back by
-# these models. History: 1 (2026-11) first version.
+# these models. Adding a field with a default keeps the version: old bodies read as before and
+# older readers ignore the key. History: 1 (2026-11) first version; ToolCalled.guard added.
 SCHEMA_VERSION = 1
 
 MEASURING_TOOLS = frozenset({"profile", "sweep", "attribute"})
@@ -81,18 +82,24 @@ class ToolCalled(EventBase):
     """Estimated tokens the agent pays to read that result: ceil(chars / 4)."""
     conditions: MeasurementConditions | None = None
     """Measurement conditions, for tools that measure."""
+    guard: Literal["allow"] | None = None
+    """"allow" when the guard let the call run (any heal before it is its own guard_decision
+    event, committed before the tool ran); None when unguarded or refused (a refusal is a
+    guard_decision event)."""
 
     @classmethod
     def of(cls, call: ToolCallRecord, *, result_json: str | None = None,
-           conditions: MeasurementConditions | dict[str, Any] | None = None) -> ToolCalled:
+           conditions: MeasurementConditions | dict[str, Any] | None = None,
+           guard: Literal["allow"] | None = None) -> ToolCalled:
         """Wrap a record; `result_json` is what the client received (default: result or error)."""
         if result_json is None:
             payload = call.result if call.ok else (call.error.model_dump() if call.error else None)
             result_json = json.dumps(payload, default=str)
         chars = len(result_json)
+        if isinstance(conditions, dict):
+            conditions = MeasurementConditions.model_validate(conditions)
         return cls(call=call, result_chars=chars, result_tokens_est=math.ceil(chars / 4),
-                   conditions=MeasurementConditions.model_validate(conditions)
-                   if isinstance(conditions, dict) else conditions)
+                   conditions=conditions, guard=guard)
 
 
 class GuardDecision(EventBase):

@@ -1,9 +1,17 @@
-"""The transcript store: SQLite (WAL, synchronous=FULL) through sqlite-utils.
+"""The transcript store: SQLite (WAL) through sqlite-utils.
 
 Every event is a row of `events` whose `hash` covers its canonical body and the previous row's
 hash. `append` commits before it returns, so a returned append is acknowledged: it survives
 the process being killed. Appends take the write lock (BEGIN IMMEDIATE) before reading the
 chain head, so several processes sharing one file never fork a session's chain.
+
+Durability: a durable append (the default) is committed with synchronous=FULL, i.e. the WAL is
+fsynced before it returns. `durable=False` commits with synchronous=NORMAL: the WAL frames are
+written (they survive kill -9 of this process) but reach the disk at the next durable commit,
+which fsyncs the whole WAL, earlier frames included, or at a checkpoint. A power cut can then
+lose only the non-durable tail after the last durable event, and never breaks the chain: the
+WAL is replayed as a prefix. The tool runner uses it for calls that change nothing (reads,
+refusals), so a read costs no fsync (see bench/tool_overhead.py).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from typing import Any
 import sqlite_utils
 from pydantic import BaseModel, ConfigDict, Field
 
-from labwarden.transcripts.chain import GENESIS, canonical_json, link_hash
+from labwarden.transcripts.chain import GENESIS, body_json, link_hash
 from labwarden.transcripts.events import (
     SCHEMA_VERSION,
     Event,
@@ -113,6 +121,8 @@ class Checkpoint(BaseModel):
 
 
 DEFAULT_DB = Path("labwarden-data/transcripts.db")
+_SIDE_EFFECTS = (ModelCall, Note, SessionEnded)
+"""Events that also write another table: always appended in an explicit transaction."""
 
 
 class TranscriptStore:
@@ -127,7 +137,10 @@ class TranscriptStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite_utils.Database(sqlite3.connect(str(self.path), timeout=timeout_s))
         self.db.enable_wal()
-        self.db.execute("PRAGMA synchronous=FULL")
+        self._synchronous = ""
+        self._sessions: set[str] = set()
+        self._heads: dict[str, tuple[int, str]] = {}
+        """Each session's (seq, hash) after this store's last committed append to it."""
         with self._write():
             self._create_schema()
 
@@ -140,9 +153,17 @@ class TranscriptStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _set_synchronous(self, durable: bool) -> None:
+        mode = "FULL" if durable else "NORMAL"
+        if self._synchronous != mode:  # a pragma per mode change, not per commit
+            self.db.execute(f"PRAGMA synchronous={mode}")
+            self._synchronous = mode
+
     @contextmanager
-    def _write(self) -> Iterator[None]:
-        """One write transaction holding the write lock from its start; committed on exit."""
+    def _write(self, durable: bool = True) -> Iterator[None]:
+        """One write transaction holding the write lock from its start; committed on exit,
+        with the WAL fsynced when durable."""
+        self._set_synchronous(durable)
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield
@@ -197,36 +218,72 @@ class TranscriptStore:
 
     def append(self, session_id: str, event: EventBase) -> StoredEvent:
         """Append one event; committed (acknowledged) when this returns."""
-        with self._write():
-            if self.db.execute("SELECT 1 FROM sessions WHERE id = ?", [session_id]).fetchone() is None:
-                raise TranscriptError(f"no session {session_id!r} in {self.path}",
-                                      "start one with start_session() first")
-            return self._append_locked(session_id, event)
+        return self.append_many(session_id, [event])[0]
 
-    def append_many(self, session_id: str, events: list[EventBase]) -> list[StoredEvent]:
-        """Append several events in one transaction (one fsync): all acknowledged, or none."""
-        with self._write():
-            if self.db.execute("SELECT 1 FROM sessions WHERE id = ?", [session_id]).fetchone() is None:
-                raise TranscriptError(f"no session {session_id!r} in {self.path}",
-                                      "start one with start_session() first")
-            return [self._append_locked(session_id, ev) for ev in events]
+    def append_many(self, session_id: str, events: list[EventBase], *,
+                    durable: bool = True) -> list[StoredEvent]:
+        """Append several events in one transaction (at most one fsync): all acknowledged, or
+        none. durable=False skips the fsync (see the module docstring)."""
+        try:
+            return self._append_txn(session_id, events, durable)
+        except sqlite3.IntegrityError:
+            # another process appended to this session since we last looked: our cached head
+            # is stale (its seq is taken), and the transaction rolled back. Read it afresh.
+            self._heads.pop(session_id, None)
+            return self._append_txn(session_id, events, durable)
+
+    def _append_txn(self, session_id: str, events: list[EventBase], durable: bool) -> list[StoredEvent]:
+        head = self._heads.get(session_id)
+        if head is not None and len(events) == 1 and not isinstance(events[0], _SIDE_EFFECTS):
+            # the hot path (one tool call, head known): a single INSERT is its own transaction,
+            # so no BEGIN/COMMIT round trips; a stale head still fails on the UNIQUE index
+            self._set_synchronous(durable)
+            with self.db.conn:  # commits on success, rolls back on error
+                stored = self._append_locked(session_id, events[0], head)
+            self._heads[session_id] = (stored.seq, stored.hash)
+            return [stored]
+        with self._write(durable):
+            self._require_session(session_id)
+            head = self._heads.get(session_id) or self._read_head(session_id)
+            stored = []
+            for ev in events:
+                stored.append(self._append_locked(session_id, ev, head))
+                head = (stored[-1].seq, stored[-1].hash)
+        self._heads[session_id] = head  # only once committed
+        return stored
+
+    def _read_head(self, session_id: str) -> tuple[int, str]:
+        row = self.db.execute("SELECT seq, hash FROM events WHERE session_id = ? ORDER BY seq DESC "
+                              "LIMIT 1", [session_id]).fetchone()
+        return (row[0], row[1]) if row else (0, GENESIS)
+
+    def _require_session(self, session_id: str) -> None:
+        if session_id in self._sessions:  # sessions are never deleted: one look per store
+            return
+        if self.db.execute("SELECT 1 FROM sessions WHERE id = ?", [session_id]).fetchone() is None:
+            raise TranscriptError(f"no session {session_id!r} in {self.path}",
+                                  "start one with start_session() first")
+        self._sessions.add(session_id)
 
     def end_session(self, session_id: str, reason: str = "done") -> StoredEvent:
         """Write session_ended."""
         return self.append(session_id, SessionEnded(reason=reason))
 
-    def _append_locked(self, session_id: str, event: EventBase) -> StoredEvent:
-        head = self.db.execute("SELECT seq, hash FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
-                               [session_id]).fetchone()
-        seq, prev = (head[0] + 1, head[1]) if head else (1, GENESIS)
+    def _append_locked(self, session_id: str, event: EventBase,
+                       head: tuple[int, str] | None = None) -> StoredEvent:
+        """Insert one event after `head` (seq, hash), read from the table when not given. The
+        UNIQUE (session_id, seq) index makes a stale head fail instead of forking the chain."""
+        last, prev = head or self._read_head(session_id)
+        seq = last + 1
         kind = getattr(event, "kind", None)
         if kind is None:
             raise TypeError(f"{type(event).__name__} is not a transcript event (no `kind`)")
         ev = event.model_copy(update={"session_id": session_id, "seq": seq})
-        body = canonical_json(ev)
+        body = body_json(ev)
         digest = link_hash(prev, body)
-        # a plain INSERT: sqlite-utils' insert() introspects the table on every call (the hot path)
-        self.db.execute("INSERT INTO events (id, session_id, seq, kind, ts, body, prev_hash, hash) "
+        # a plain INSERT on the connection: sqlite-utils' insert() introspects the table and its
+        # execute() parses the SQL and commits by itself; this runs once per tool call
+        self.db.conn.execute("INSERT INTO events (id, session_id, seq, kind, ts, body, prev_hash, hash) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         [ev.id, session_id, seq, kind, ev.ts.isoformat(), body, prev, digest])
         self._side_tables(ev)

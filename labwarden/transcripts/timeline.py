@@ -76,6 +76,8 @@ def _row(s: StoredEvent, t0: float, tot: Totals) -> Row:
         tot.tool_errors += 0 if c.ok else 1
         tot.tool_seconds += c.duration_s
         tot.result_tokens_est += ev.result_tokens_est
+        if ev.guard:  # a plain allow is recorded on the call itself
+            tot.guard[ev.guard] = tot.guard.get(ev.guard, 0) + 1
         row.what, row.detail, row.duration_s = c.tool, _short(c.args), c.duration_s
         row.status = "ok" if c.ok else f"error: {c.error.kind if c.error else '?'}"
         if c.error:
