@@ -120,6 +120,10 @@ class LoadSection(_Strict):
     log: str = Field(description="load generator log on the load host",
                      examples=["/var/lib/labwarden/stasim.log"])
     radios: int = Field(6, ge=1, le=64, examples=[6])
+    settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0], description="seconds from "
+                            "associating clients to the first window: at least one poll interval "
+                            "of the monitor, so every client is in the steady polling cycle "
+                            "(a sweep or profile call may override it)")
 
     def generator(self) -> StasimLoad:
         return StasimLoad(binary=Path(self.binary).expanduser(), socket=self.socket,

@@ -40,7 +40,9 @@ class ProfileInput(BaseModel):
     perf_reps: int | None = Field(None, ge=0, le=10, description="record perf in the first N reps only "
                                   "(default: all)")
     uprobes: bool = Field(True, description="count the profile's uprobe functions")
-    settle_s: float = Field(2.0, ge=0, le=60, description="wait after associating (first syncs)")
+    settle_s: float | None = Field(None, ge=0, le=60, description="seconds from associating to "
+                                   "the first window; the set-up runs within it (default: [load] "
+                                   "settle_s of the lab profile)")
 
 
 class CpuSummary(BaseModel):
@@ -68,7 +70,10 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
     prof, dev = ctx.profile, ctx.device
     if associate_first:
         await associate.run(ctx, associate.AssociateInput(stations=inp.stations))
-    await asyncio.sleep(inp.settle_s)
+    # The settle is time since the clients associated (their first syncs stay out of the
+    # windows); the set-up below (kernel symbols, uprobes) runs inside it, not after it.
+    settle = prof.load.settle_s if inp.settle_s is None else inp.settle_s
+    settled_at = time.monotonic() + settle
     proc = await dutproc.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
     if proc is None:
         raise ToolError("device", f"{prof.target.process} is not running on the DUT",
@@ -98,6 +103,7 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
     windows: list[Window] = []
     try:
         async with _maybe_probes(ctx, probes) as events:
+            await asyncio.sleep(max(0.0, settled_at - time.monotonic()))
             for rep in range(inp.reps):
                 await ctx.report(rep, inp.reps, f"{inp.stations} clients: window {rep + 1}/"
                                  f"{inp.reps} ({inp.window_s:g} s)")

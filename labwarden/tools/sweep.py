@@ -28,7 +28,8 @@ class SweepInput(BaseModel):
     idle_baseline: bool = Field(True, description="also measure each point with no traffic; the "
                                 "vlab's load is associations only, so its windows are all idle")
     perf: bool = Field(True, description="perf record at the densest point (first rep)")
-    settle_s: float = Field(2.0, ge=0, le=60)
+    settle_s: float | None = Field(None, ge=0, le=60, description="seconds from associating to "
+                                   "the first window at each density (default: [load] settle_s)")
     label: str | None = Field(None, max_length=64, description="stage name for reports, e.g. "
                               "'baseline' or '0901+0902'", examples=["baseline"])
 
