@@ -117,8 +117,9 @@ class Guard:
 
     async def check(self, spec: ToolSpec, args: dict[str, Any],
                     state: LabState | None = None) -> list[GuardDecision]:
-        """Decisions in order (heals, then the allow); raises Refused (with its decision) to stop
-        the call. `state`: the lab state as the caller just read it (read here otherwise)."""
+        """The heal decisions it carried out, in order; returning at all means allow (the runner
+        records that on the call's own event). Raises Refused (with its decision) to stop the
+        call. `state`: the lab state as the caller just read it (read here otherwise)."""
         over = self.budget.exceeded(spec.name)
         if over:
             raise refuse(spec.name, "budget_exceeded", over, "start a new session with a larger budget")
@@ -149,7 +150,6 @@ class Guard:
                                     "boost": (await knobs.boost(dev, prof)).value}
         else:
             self.last_conditions = None
-        decisions.append(GuardDecision(tool=spec.name, decision="allow"))
         self.budget.tool_calls += 1
         return decisions
 

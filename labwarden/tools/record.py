@@ -3,7 +3,7 @@ transcript stores it, the CLI prints it, the MCP server returns its result."""
 
 from __future__ import annotations
 
-import uuid
+import os
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -24,7 +24,7 @@ class ToolFailure(BaseModel):
 
 
 class ToolCallRecord(BaseModel):
-    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
+    id: str = Field(default_factory=lambda: os.urandom(6).hex())
     tool: str
     args: dict[str, Any] = Field(description="validated input, as the tool saw it")
     started_at: datetime = Field(default_factory=lambda: datetime.now(UTC))

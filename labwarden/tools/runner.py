@@ -94,9 +94,8 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         # A heal changed the DUT: committed (durably) now, before the tool runs. The allow
         # that follows is recorded on the call's own event (ToolCalled.guard): one row, one
         # commit per call.
-        heals = [_decision_event(d) for d in decisions if d.decision == "heal"]
-        if heals:
-            ctx.log(*heals)
+        if decisions:
+            ctx.log(*(_decision_event(d) for d in decisions))
         conditions = ctx.guard.last_conditions
     t0 = time.monotonic()
     mark = len(ctx.messages)

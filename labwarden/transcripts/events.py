@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-import uuid
+import os
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -31,7 +31,7 @@ MEASURING_TOOLS = frozenset({"profile", "sweep", "attribute"})
 class EventBase(BaseModel):
     model_config = ConfigDict(use_attribute_docstrings=True)
 
-    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:16])
+    id: str = Field(default_factory=lambda: os.urandom(8).hex())  # uuid4().hex[:16]'s 64 random bits, faster
     """Unique id of this event."""
     session_id: str = ""
     """The session it belongs to (set by the store on append)."""
