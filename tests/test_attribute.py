@@ -19,6 +19,7 @@ import pytest
 
 from labwarden.lab import duthelpers
 from labwarden.lab.profile import LabProfile
+from labwarden.tools import attribute
 from labwarden.tools.attribute import MAX_WINDOW_S
 from labwarden.tools.context import LabContext, open_lab
 from labwarden.tools.record import ToolCallRecord
@@ -281,6 +282,34 @@ async def test_connection_dropped_mid_window(lab: VlabLayout) -> None:
         for _ in range(TRIALS):
             await _drop_once(ctx, pid)
     assert _pid(lab, "stamon") == pid and _running(pid)
+
+
+async def test_drop_between_pause_and_window_is_an_error(lab: VlabLayout,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection drops after the pause began but before the window's first read: the
+    window itself then runs on a fresh connection while the DUT hangs the helper up, so the
+    suspect runs during it. That is no attribution: a device error, never an ok with a bogus
+    drop_pct (the race test_connection_dropped_mid_window hits now and then, made certain)."""
+    pid = _pid(lab, "stamon")
+    real_cpu = attribute._cpu
+    calls = 0
+
+    async def drop_then_measure(dev: Any, target: int, seconds: float, clk: int) -> float:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # 1: the baseline before; 2: the window during the pause
+            assert dev._conn is not None
+            dev._conn.abort()
+            await asyncio.sleep(0.05)
+        return await real_cpu(dev, target, seconds, clk)
+
+    monkeypatch.setattr(attribute, "_cpu", drop_then_measure)
+    prof = LabProfile.from_file(lab.lab_toml)
+    async with open_lab(prof, guarded=False) as ctx:
+        rec = await call_tool(ctx, "attribute", {**SHORT, "window_s": 2})
+    assert calls == 2 and rec.error is not None and rec.error.kind == "device", rec
+    assert "broke during the window" in rec.error.message and "runs again" in rec.error.message
+    assert _running(pid) and _pid(lab, "stamon") == pid
 
 
 async def test_cancelled_attribution_resumes(lab: VlabLayout) -> None:

@@ -225,6 +225,11 @@ async def run(ctx: LabContext, inp: AttributeInput) -> AttributeOutput:
         await ctx.report(3, 5, f"resuming {inp.suspect}")
         resumed, after_s, by = await _release(dev, inst, pause, notes)
         released = True
+        if by == "session lost":  # the connection dropped mid-window: the pause ended early
+            raise ToolError("device", f"the connection to the DUT broke during the window, so the "
+                            f"pause of {inp.suspect} ended early and during_pct is no attribution; "
+                            f"{inp.suspect} {'runs again' if resumed else 'may still be stopped'} "
+                            f"({'; '.join(notes)})", "check the link to the DUT, then retry")
     finally:
         if not released:  # failure or cancellation: the pause must not outlive this call
             outcome = "could not be verified (DUT unreachable?)"
