@@ -47,12 +47,12 @@ class LabContext:
     session_id: str | None = None
 
     _state_cache: tuple[tuple[int, int, int], LabState] | None = None
-    _state_path: str = ""
+    facts: dict[str, Any] = field(default_factory=dict)
+    """What the session learnt once about the DUT (e.g. whether it takes uprobes)."""
+    _state_path: str = field(default="", init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._state_path = str(self.data_dir / "labstate.json")  # stat()ed on every call
-    facts: dict[str, Any] = field(default_factory=dict)
-    """What the session learnt once about the DUT (e.g. whether it takes uprobes)."""
 
     @property
     def state(self) -> LabState:

@@ -2,8 +2,10 @@
 
 Every event is a row of `events` whose `hash` covers its canonical body and the previous row's
 hash. `append` commits before it returns, so a returned append is acknowledged: it survives
-the process being killed. Appends take the write lock (BEGIN IMMEDIATE) before reading the
-chain head, so several processes sharing one file never fork a session's chain.
+the process being killed. Several processes may share one file and never fork a session's
+chain: an append either takes the write lock (BEGIN IMMEDIATE) before reading the chain head,
+or inserts after the head this store last wrote, which the UNIQUE (session_id, seq) index
+refuses if another writer got there first (the append then reads the head afresh).
 
 Durability: a durable append (the default) is committed with synchronous=FULL, i.e. the WAL is
 fsynced before it returns. `durable=False` commits with synchronous=NORMAL: the WAL frames are
