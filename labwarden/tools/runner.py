@@ -79,7 +79,6 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
                                                    reason=failure.message, remedy=failure.remedy))
     record.args = inp.model_dump(mode="json")
     conditions = None
-    pending: list[Any] = []
     state = ctx.peek_state()  # one read per call, shared with the guard
     health_before = state.board_health
     if ctx.guard is not None:
@@ -127,12 +126,11 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
             record.error.lines = [clean(ln, 300) for ln in record.error.lines[:40]]
         record.duration_s = round(time.monotonic() - t0, 4)
         record.progress = ctx.messages[mark:]
-        durable = spec.effect in CHANGES_DUT
-        if ctx.guard is not None:
-            after = ctx.guard.after(spec, record.args, record.ok, record.result, health_before)
-            if after is not None:  # the board turned bad: that must survive a power cut
-                pending.append(_decision_event(after))
-                durable = True
-        ctx.log(_call_event(record, conditions, allowed=ctx.guard is not None), *pending,
-                durable=durable)
+        after = (ctx.guard.after(spec, record.args, record.ok, record.result, health_before)
+                 if ctx.guard is not None else None)
+        events = [_call_event(record, conditions, allowed=ctx.guard is not None)]
+        if after is not None:  # the board turned bad: recorded after the call that did it
+            events.append(_decision_event(after))
+        # a call that changed the DUT, or turned the board bad, must survive a power cut too
+        ctx.log(*events, durable=spec.effect in CHANGES_DUT or after is not None)
     return record
