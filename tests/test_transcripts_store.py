@@ -227,6 +227,7 @@ def test_a_stale_cached_head_is_read_again_not_forked(tmp_path: Path) -> None:
             for store in (a, b):
                 stored = store.append_many(sid, [ToolCalled.of(call)], durable=False)
                 assert stored[0].seq == len(store.rows(sid))
+                assert not store.db.conn.in_transaction  # a refused INSERT holds no lock
         report = audit(a, sid)
         assert [r.seq for r in a.rows(sid)] == list(range(1, 22))
     assert report.ok, report.problems

@@ -85,7 +85,7 @@ class LabContext:
         unlogged."""
         if self.transcript is not None and self.session_id is not None and events:
             durable = durable or self.profile.policy.transcript_fsync == "every_call"
-            self.transcript.append_many(self.session_id, list(events), durable=durable)
+            self.transcript.write(self.session_id, list(events), durable=durable)
 
 
 def default_transcript(profile: LabProfile) -> Path:

@@ -7,6 +7,7 @@ transcript attach here, so nobody has to remember to check or log.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -64,29 +65,35 @@ def _refused(ctx: LabContext, record: ToolCallRecord, d: GuardDecision) -> ToolC
 
 
 async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCallRecord:
-    record = ToolCallRecord(tool=name, args=args)
+    started = datetime.now(UTC)
+
+    def unrun(call_args: dict[str, Any]) -> ToolCallRecord:  # a call that stops before the tool
+        return ToolCallRecord(tool=name, args=call_args, started_at=started)
+
     try:
         spec = registry.get(name)
     except KeyError as exc:
-        return _refused(ctx, record, GuardDecision(
+        return _refused(ctx, unrun(args), GuardDecision(
             tool=name, decision="refuse", code="tool_unknown", reason=str(exc.args[0]),
             remedy="call one of the listed tools"))
     try:
         inp = spec.input.model_validate(args)
     except ValidationError as exc:
         failure = _invalid(exc)
-        return _refused(ctx, record, GuardDecision(tool=name, decision="refuse", code="invalid_input",
-                                                   reason=failure.message, remedy=failure.remedy))
-    record.args = inp.model_dump(mode="json")
+        return _refused(ctx, unrun(args), GuardDecision(
+            tool=name, decision="refuse", code="invalid_input", reason=failure.message,
+            remedy=failure.remedy))
+    call_args = inp.model_dump(mode="json")  # what the guard judges and the tool runs with
     conditions = None
     state = ctx.peek_state()  # one read per call, shared with the guard
     health_before = state.board_health
     if ctx.guard is not None:
         try:
-            decisions = await ctx.guard.check(spec, record.args, state)
+            decisions = await ctx.guard.check(spec, call_args, state)
         except Refused as exc:
-            return _refused(ctx, record, exc.decision)
+            return _refused(ctx, unrun(call_args), exc.decision)
         except DeviceError as exc:  # the guard could not read or lease the DUT: nothing ran
+            record = unrun(call_args)
             record.error = ToolFailure(kind="device", message=clean(exc.problem), remedy=exc.remedy)
             ctx.log(_call_event(record, None), durable=False)
             return record
@@ -98,35 +105,42 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         conditions = ctx.guard.last_conditions
     t0 = time.monotonic()
     mark = len(ctx.messages)
+    # the outcome is gathered in locals and the record built once at the end: each assignment
+    # to a pydantic field costs as much as a small model, and this runs on every call
+    out: Any = None
+    result: dict[str, Any] | None = None
+    error: ToolFailure | None = None
     try:
         out = await spec.run(ctx, inp)
-        record.result = out.model_dump(mode="json")
-        record.output = out
-        record.untrusted = untrusted_fields(spec.output)
-        record.ok = True
+        result = out.model_dump(mode="json")
     except ToolError as exc:
-        record.error = exc.failure
+        error = exc.failure
     except BuildError as exc:
-        record.error = ToolFailure(kind="build", message=str(exc).splitlines()[0],
-                                   remedy=exc.remedy, lines=exc.lines)
+        error = ToolFailure(kind="build", message=str(exc).splitlines()[0], remedy=exc.remedy,
+                            lines=exc.lines)
     except RecordNotFound as exc:
-        record.error = ToolFailure(kind="invalid_input", message=exc.problem, remedy=exc.remedy)
+        error = ToolFailure(kind="invalid_input", message=exc.problem, remedy=exc.remedy)
     except TimeoutError as exc:
-        record.error = ToolFailure(kind="timeout", message=str(exc) or f"{name} timed out")
+        error = ToolFailure(kind="timeout", message=str(exc) or f"{name} timed out")
     except LabError as exc:  # the DUT, the load generator, labgrid: each says what to do
-        record.error = ToolFailure(kind="device" if isinstance(exc, DeviceError) else "tool",
-                                   message=exc.problem, remedy=exc.remedy)
+        error = ToolFailure(kind="device" if isinstance(exc, DeviceError) else "tool",
+                            message=exc.problem, remedy=exc.remedy)
     except BaseException:
-        if not record.ok and record.error is None:  # cancelled (client gave up) or interrupted
-            record.error = ToolFailure(kind="cancelled", message=f"{name} was cancelled; its cleanup ran")
+        if result is None and error is None:  # cancelled (client gave up) or interrupted
+            error = ToolFailure(kind="cancelled", message=f"{name} was cancelled; its cleanup ran")
         raise
     finally:
-        if record.error is not None:  # errors often quote device stderr
-            record.error.message = clean(record.error.message)
-            record.error.lines = [clean(ln, 300) for ln in record.error.lines[:40]]
-        record.duration_s = round(time.monotonic() - t0, 4)
-        record.progress = ctx.messages[mark:]
-        after = (ctx.guard.after(spec, record.args, record.ok, record.result, health_before)
+        ok = result is not None and error is None
+        if error is not None:  # errors often quote device stderr
+            error.message = clean(error.message)
+            error.lines = [clean(ln, 300) for ln in error.lines[:40]]
+        record = ToolCallRecord(tool=name, args=call_args, started_at=started,
+                                duration_s=round(time.monotonic() - t0, 4), ok=ok,
+                                result=result if ok else None, error=error,
+                                progress=ctx.messages[mark:],
+                                untrusted=untrusted_fields(spec.output) if ok else [],
+                                output=out if ok else None)
+        after = (ctx.guard.after(spec, call_args, ok, record.result, health_before)
                  if ctx.guard is not None else None)
         events = [_call_event(record, conditions, allowed=ctx.guard is not None)]
         if after is not None:  # the board turned bad: recorded after the call that did it

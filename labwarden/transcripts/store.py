@@ -137,7 +137,11 @@ class TranscriptStore:
                 raise TranscriptError(f"no transcript database at {self.path}",
                                       "pass --db PATH or set LABWARDEN_TRANSCRIPTS")
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite_utils.Database(sqlite3.connect(str(self.path), timeout=timeout_s))
+        # driver autocommit: a lone INSERT is then its own transaction, without the implicit
+        # BEGIN and the COMMIT the sqlite3 module would add; writes of several statements take
+        # the lock explicitly (_write)
+        self.db = sqlite_utils.Database(sqlite3.connect(str(self.path), timeout=timeout_s,
+                                                        isolation_level=None))
         self.db.enable_wal()
         self._synchronous = ""
         self._sessions: set[str] = set()
@@ -187,9 +191,11 @@ class TranscriptStore:
                                "lab_profile": str, "labwarden_version": str, "git_commit": str,
                                "git_dirty": int, "ended_at": str, "end_reason": str},
                               pk="id", if_not_exists=True)
+        # keyed by rowid: nothing looks an event up by its id (a random 64-bit value), and a
+        # unique index on it would cost every append one more B-tree page written to the WAL
         db["events"].create({"id": str, "session_id": str, "seq": int, "kind": str, "ts": str,
                              "body": str, "prev_hash": str, "hash": str},
-                            pk="id", not_null={"session_id", "seq", "kind", "body", "prev_hash", "hash"},
+                            not_null={"id", "session_id", "seq", "kind", "body", "prev_hash", "hash"},
                             if_not_exists=True)
         db["events"].create_index(["session_id", "seq"], unique=True, if_not_exists=True)
         db["model_calls"].create({"event_id": str, "session_id": str, "seq": int, "model": str,
@@ -225,7 +231,16 @@ class TranscriptStore:
     def append_many(self, session_id: str, events: list[EventBase], *,
                     durable: bool = True) -> list[StoredEvent]:
         """Append several events in one transaction (at most one fsync): all acknowledged, or
-        none. durable=False skips the fsync (see the module docstring)."""
+        none. durable=False skips the fsync (see the module docstring). The store sets each
+        event's session_id and seq."""
+        links = self.write(session_id, events, durable=durable)
+        return [StoredEvent(session_id=session_id, seq=seq, prev_hash=prev, hash=digest, event=ev)  # type: ignore[arg-type]
+                for ev, (seq, prev, digest) in zip(events, links, strict=True)]
+
+    def write(self, session_id: str, events: list[EventBase], *,
+              durable: bool = True) -> list[tuple[int, str, str]]:
+        """append_many() for callers that keep no StoredEvent (the tool runner, once per call):
+        the same commit, returning each event's (seq, prev_hash, hash)."""
         try:
             return self._append_txn(session_id, events, durable)
         except sqlite3.IntegrityError:
@@ -234,25 +249,26 @@ class TranscriptStore:
             self._heads.pop(session_id, None)
             return self._append_txn(session_id, events, durable)
 
-    def _append_txn(self, session_id: str, events: list[EventBase], durable: bool) -> list[StoredEvent]:
+    def _append_txn(self, session_id: str, events: list[EventBase],
+                    durable: bool) -> list[tuple[int, str, str]]:
         head = self._heads.get(session_id)
         if head is not None and len(events) == 1 and not isinstance(events[0], _SIDE_EFFECTS):
-            # the hot path (one tool call, head known): a single INSERT is its own transaction,
-            # so no BEGIN/COMMIT round trips; a stale head still fails on the UNIQUE index
+            # the hot path (one tool call, head known): a single INSERT is its own transaction
+            # (autocommit), so no BEGIN/COMMIT round trips; a stale head fails on the UNIQUE
+            # index and writes nothing
             self._set_synchronous(durable)
-            with self.db.conn:  # commits on success, rolls back on error
-                stored = self._append_locked(session_id, events[0], head)
-            self._heads[session_id] = (stored.seq, stored.hash)
-            return [stored]
+            link = self._append_locked(session_id, events[0], head)
+            self._heads[session_id] = (link[0], link[2])
+            return [link]
         with self._write(durable):
             self._require_session(session_id)
             head = self._heads.get(session_id) or self._read_head(session_id)
-            stored = []
+            links = []
             for ev in events:
-                stored.append(self._append_locked(session_id, ev, head))
-                head = (stored[-1].seq, stored[-1].hash)
+                links.append(self._append_locked(session_id, ev, head))
+                head = (links[-1][0], links[-1][2])
         self._heads[session_id] = head  # only once committed
-        return stored
+        return links
 
     def _read_head(self, session_id: str) -> tuple[int, str]:
         row = self.db.execute("SELECT seq, hash FROM events WHERE session_id = ? ORDER BY seq DESC "
@@ -272,27 +288,31 @@ class TranscriptStore:
         return self.append(session_id, SessionEnded(reason=reason))
 
     def _append_locked(self, session_id: str, event: EventBase,
-                       head: tuple[int, str] | None = None) -> StoredEvent:
-        """Insert one event after `head` (seq, hash), read from the table when not given. The
-        UNIQUE (session_id, seq) index makes a stale head fail instead of forking the chain."""
+                       head: tuple[int, str] | None = None) -> tuple[int, str, str]:
+        """Insert one event after `head` (seq, hash), read from the table when not given; returns
+        its (seq, prev_hash, hash). The UNIQUE (session_id, seq) index makes a stale head fail
+        instead of forking the chain."""
         last, prev = head or self._read_head(session_id)
         seq = last + 1
         kind = getattr(event, "kind", None)
         if kind is None:
             raise TypeError(f"{type(event).__name__} is not a transcript event (no `kind`)")
-        ev = event.model_copy(update={"session_id": session_id, "seq": seq})
-        body = body_json(ev)
+        # set in place, not model_copy(update=...): the copy was a third of the append's Python
+        # (bench/tool_overhead.py), and callers build each event for its one append
+        event.session_id = session_id
+        event.seq = seq
+        body = body_json(event)
         digest = link_hash(prev, body)
         # a plain INSERT on the connection: sqlite-utils' insert() introspects the table and its
         # execute() parses the SQL and commits by itself; this runs once per tool call
         self.db.conn.execute("INSERT INTO events (id, session_id, seq, kind, ts, body, prev_hash, hash) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        [ev.id, session_id, seq, kind, ev.ts.isoformat(), body, prev, digest])
-        self._side_tables(ev)
-        if isinstance(ev, SessionEnded):
-            self.db["sessions"].update(session_id, {"ended_at": ev.ts.isoformat(), "end_reason": ev.reason})
-        return StoredEvent(session_id=session_id, seq=seq, prev_hash=prev, hash=digest,
-                           event=ev)  # type: ignore[arg-type]
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                             [event.id, session_id, seq, kind, event.ts.isoformat(), body, prev, digest])
+        self._side_tables(event)
+        if isinstance(event, SessionEnded):
+            self.db["sessions"].update(session_id, {"ended_at": event.ts.isoformat(),
+                                                    "end_reason": event.reason})
+        return seq, prev, digest
 
     def _side_tables(self, ev: EventBase) -> None:
         if isinstance(ev, ModelCall):
