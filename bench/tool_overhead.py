@@ -101,6 +101,10 @@ async def in_process(lab: Path, n: int, tmp: Path) -> list[tuple[str, list[float
     return rows
 
 
+ROUND = 20
+"""Calls per server per interleaved round."""
+
+
 async def mcp_rtt(lab: Path, n: int, tmp: Path) -> list[tuple[str, list[float]]]:
     from mcp import Client, StdioServerParameters
 
@@ -119,10 +123,10 @@ async def mcp_rtt(lab: Path, n: int, tmp: Path) -> list[tuple[str, list[float]]]
             for label, args in servers]
         for _, client in clients:
             await client.call_tool("noop", {"n": 0})  # warm
-        # interleaved in rounds of 20, so a noisy moment hits every server alike
-        for start in range(0, n, 20):
+        # interleaved in rounds, so a noisy moment hits every server alike
+        for start in range(0, n, ROUND):
             for label, client in clients:
-                times[label] += await timed(min(20, n - start),
+                times[label] += await timed(min(ROUND, n - start),
                                             lambda i, c=client: c.call_tool("noop", {"n": i}))
     return list(times.items())
 
@@ -159,8 +163,15 @@ def main() -> None:
                   f"fsync floor of {floor:.3f} ms), {shm:.3f} ms on tmpfs -- target <= 1 ms")
     layer = med["MCP stdio: labwarden, runner short-cut (its MCP layer)"] / med["MCP stdio: bare MCPServer"]
     idle = med[f"runner + guard + transcript, {IDLE_S * 1000:g} ms idle before each"]
+    # the same ratio round by round: how much it moves with the machine's phase
+    lw, bare_rt = (dict(rows)[k] for k in ("MCP stdio: labwarden (guard + transcript)",
+                                          "MCP stdio: bare MCPServer"))
+    rounds = sorted(statistics.median(lw[i:i + ROUND]) / statistics.median(bare_rt[i:i + ROUND])
+                    for i in range(0, len(lw) - ROUND + 1, ROUND))
+    q1, q2, q3 = statistics.quantiles(rounds, n=4)
     console.print(f"MCP stdio round trip, labwarden / bare: {ratio:.2f}x -- target <= 1.2x "
-                  f"({ratio_all:.2f}x with an fsync on every call; its MCP layer alone {layer:.2f}x; "
+                  f"(round by round: median {q2:.2f}x, quartiles {q1:.2f}-{q3:.2f}x; "
+                  f"{ratio_all:.2f}x with an fsync on every call; its MCP layer alone {layer:.2f}x; "
                   f"guard + transcript cost {idle:.3f} ms after an idle wait, as in a server)")
 
 
