@@ -273,3 +273,34 @@ async def test_calls_that_change_the_dut_are_fsynced_before_they_return(lab: Vla
     async with open_lab(profile_with(lab, heal=[], transcript_fsync="every_call"), client="test") as ctx:
         assert (await call_tool(ctx, "lab_status", {})).ok
         assert level(ctx) == 2
+
+
+async def test_a_tool_that_raises_is_recorded_as_internal_not_cancelled(
+        lab: VlabLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in a tool (an exception no tool error names) propagates to the caller, and the
+    transcript says what it was: kind "internal" with the exception, never "cancelled"."""
+    from pydantic import BaseModel
+
+    from labwarden.tools import registry
+    from labwarden.tools.spec import ToolSpec
+
+    class Empty(BaseModel):
+        pass
+
+    async def broken(ctx: object, inp: Empty) -> Empty:
+        raise ZeroDivisionError("the tool divided by zero")
+
+    monkeypatch.setitem(registry.TOOLS, "broken", ToolSpec(
+        name="broken", description="raises (test)", input=Empty, output=Empty, run=broken,
+        effect="read_only", idempotent=True))
+    async with open_lab(profile_with(lab, heal=[]), client="test") as ctx:
+        with pytest.raises(ZeroDivisionError):
+            await call_tool(ctx, "broken", {})
+        sid = ctx.session_id
+    assert sid is not None
+    with TranscriptStore(lab.data_dir / "transcripts.db") as store:
+        calls = [e.event for e in store.events(sid) if e.event.kind == "tool_called"]
+    assert calls[-1].call.tool == "broken" and not calls[-1].call.ok  # type: ignore[union-attr]
+    error = calls[-1].call.error  # type: ignore[union-attr]
+    assert error is not None and error.kind == "internal"
+    assert "ZeroDivisionError: the tool divided by zero" in error.message
