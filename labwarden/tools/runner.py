@@ -126,12 +126,10 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         error = ToolFailure(kind="device" if isinstance(exc, DeviceError) else "tool",
                             message=exc.problem, remedy=exc.remedy)
     except BaseException as exc:
-        if result is None and error is None:
-            if isinstance(exc, Exception):  # a bug in the tool: recorded as one, then raised
-                error = ToolFailure(kind="internal",
-                                    message=f"{name} failed: {type(exc).__name__}: {exc}")
-            else:  # cancelled (the client gave up) or interrupted
-                error = ToolFailure(kind="cancelled", message=f"{name} was cancelled; its cleanup ran")
+        if isinstance(exc, Exception):  # a bug in the tool: recorded as one, then raised
+            error = ToolFailure(kind="internal", message=f"{name} failed: {type(exc).__name__}: {exc}")
+        else:  # cancelled (the client gave up) or interrupted
+            error = ToolFailure(kind="cancelled", message=f"{name} was cancelled; its cleanup ran")
         raise
     finally:
         ok = result is not None and error is None
