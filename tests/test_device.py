@@ -6,6 +6,8 @@ The vlab DUT's filesystem and /proc are the host's, so every effect is also chec
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import hashlib
 import os
 import socket
@@ -361,3 +363,24 @@ async def test_reconnects_after_reboot(fresh_vlab: VlabLayout) -> None:
         with pytest.raises(Unreachable, match="did not answer a command within 1 s"):
             await device.wait_reachable(1)
         assert time.monotonic() - t0 < 3
+
+
+async def test_cancelled_reads_leave_no_task_behind(dev: Device) -> None:
+    """A read_file cancelled mid-flight leaves nothing running: a task left behind would fail
+    later with SFTPEOFError, outside any caller (the test runner reports such exceptions)."""
+    loop = asyncio.get_running_loop()
+    orphans: list[object] = []
+    loop.set_exception_handler(lambda _loop, context: orphans.append(context.get("exception")))
+    try:
+        for i in range(200):
+            task = asyncio.ensure_future(dev.read_file(f"/proc/{os.getpid()}/stat"))
+            await asyncio.sleep(0.0002 * (i % 10))  # cancel at different points of the read
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        assert (await dev.read_file("/proc/self/comm")).strip()  # the channel still serves
+        await asyncio.sleep(0.2)  # give anything left behind the time to fail
+        gc.collect()  # an unretrieved task exception is reported when the task is collected
+    finally:
+        loop.set_exception_handler(None)
+    assert orphans == [], f"{len(orphans)} orphaned task(s), first: {orphans[0]!r}"

@@ -382,8 +382,20 @@ class Device:
 
     async def read_file(self, path: str, max_bytes: int = 1 << 20) -> bytes:
         """A file's bytes (SFTP); RemoteFileError if it is larger than max_bytes."""
-        async with self._files(f"reading {path}") as sftp, sftp.open(path, "rb") as f:
-            data: bytes = await f.read(max_bytes + 1)
+        # block_size=0: one read request at a time, until EOF. asyncssh's parallel reader
+        # leaves its request tasks running when the read is cancelled (a cancelled tool call
+        # polling /proc), and they fail later with SFTPEOFError, outside any caller; files read
+        # here are small, and Device.get copies the large ones
+        chunks: list[bytes] = []
+        size = 0
+        async with self._files(f"reading {path}") as sftp, sftp.open(path, "rb", block_size=0) as f:
+            while size <= max_bytes:
+                chunk: bytes = await f.read(max_bytes + 1 - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        data = b"".join(chunks)
         if len(data) > max_bytes:
             raise RemoteFileError(f"{path} on {self.addr} is larger than max_bytes={max_bytes}",
                                   "pass a larger max_bytes, or copy it with Device.get")
