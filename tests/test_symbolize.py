@@ -20,6 +20,7 @@ from labwarden.lab.conditions import Conditions
 from labwarden.lab.measure import ProfileRecord, Window
 from labwarden.lab.profile import LabProfile
 from labwarden.lab.records import RecordStore
+from labwarden.tools import profile as profile_tool
 from labwarden.tools.context import open_lab
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
@@ -29,7 +30,8 @@ from .tooling import baseline, call, ok
 pytestmark = pytest.mark.anyio
 DATA = Path(__file__).parent / "data"
 TOWER = ["getStationStats", "wld_vap_sync_assoclist", "wld_ad_syncInfo", "dm_finalize_transaction"]
-PERF_RECORD = ["record", "-N", "-z", "-e", "cpu-clock", "-F", "999", "--call-graph", "dwarf,32768"]
+PERF_RECORD = [a for a in profile_tool.PERF_RECORD if a != "--buildid-mmap"]
+"""The profile tool's own flags; --buildid-mmap is added per recording (_perf_record)."""
 
 
 
