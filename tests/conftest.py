@@ -70,6 +70,15 @@ def needs_uprobes() -> None:
         pytest.skip("perf not installed (apt-get install linux-perf)")
 
 
+def vlab_probes(layout: VlabLayout) -> list[str]:
+    """uprobes registered in the host's tracefs on this vlab's files (tracefs is kernel-wide)."""
+    try:
+        lines = Path("/sys/kernel/tracing/uprobe_events").read_text().splitlines()
+    except OSError:
+        return []
+    return [ln for ln in lines if str(layout.root) in ln]
+
+
 @pytest.fixture
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)

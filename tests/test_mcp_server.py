@@ -22,6 +22,7 @@ from labwarden.tools import registry
 from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab.layout import VlabLayout
 
+from .conftest import vlab_probes
 from .tooling import baseline
 
 pytestmark = pytest.mark.anyio
@@ -281,3 +282,6 @@ async def test_cancelled_sweep_leaves_no_perf_behind(lab: VlabLayout) -> None:
         # flight when perf is gone: the same grace for it
         assert await _until(lambda: not list(lab.tmp_dir.glob("lw-*.perf.data")), 10), \
             "a perf.data was left on the DUT"
+        # and its uprobes are removed, though its hung-up perf stat still held them open when
+        # the removal began (tracefs refuses then): kernel state outlives the vlab otherwise
+        assert await _until(lambda: not vlab_probes(lab), 10), f"uprobes left: {vlab_probes(lab)}"

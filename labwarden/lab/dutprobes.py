@@ -4,6 +4,7 @@ registered in the DUT's tracefs with an argv (the line is data, never shell text
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator
@@ -48,9 +49,23 @@ async def registered(dev: Device, tracefs: str, library: str, probes: dict[str, 
             done.append(name)
         yield [f"{uprobes.GROUP}:{n}" for n in done]
     finally:
-        for name in done:
-            with contextlib.suppress(Exception):
-                await dev.run([*_APPEND, f"-:{uprobes.GROUP}/{name}", events], timeout=10)
+        if done:  # shielded: in a cancelled scope anyio cancels every await, clean-up included
+            await asyncio.shield(_remove_all(dev, events, done))
+
+
+REMOVE_GRACE_S = 3.0
+"""How long a removal retries while the event is still open: a perf that was just hung up
+(a cancelled measurement) closes each uprobe event in ~0.1 s of kernel time after it dies."""
+
+
+async def _remove_all(dev: Device, events: str, names: list[str]) -> None:
+    """Remove each probe; tracefs refuses (EBUSY) while a perf still has one open, so retry."""
+    deadline = asyncio.get_running_loop().time() + REMOVE_GRACE_S
+    for name in names:
+        with contextlib.suppress(Exception):
+            while (await dev.run([*_APPEND, f"-:{uprobes.GROUP}/{name}", events], timeout=10)
+                   ).exit_status != 0 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
 
 
 async def dut_available(dev: Device, tracefs: str) -> str | None:
