@@ -14,10 +14,13 @@ import time
 import pytest
 
 from labwarden.lab import uprobes
+from labwarden.lab.measure import ProfileRecord
+from labwarden.lab.records import RecordStore
 from labwarden.vlab import control, dutstate, procs
 from labwarden.vlab.layout import VlabLayout
 
-from .conftest import needs_uprobes
+from .conftest import needs_uprobes, vlab_probes
+from .tooling import baseline, ok
 
 WINDOW_S = 3.0
 
@@ -57,6 +60,20 @@ def test_stopping_the_monitor_stops_the_writes(lab: VlabLayout) -> None:
         os.kill(stamon, signal.SIGCONT)
     time.sleep(1.5)
     assert _txn_rate(lab) > 0.8 * 18
+
+
+@pytest.mark.anyio
+async def test_profile_counts_every_window_and_removes_its_probes(lab: VlabLayout) -> None:
+    """The same counters through the profile tool: each window's perf stat is collected after
+    the next window has started (profile._window), so every window must still get its own
+    exact rate, and every probe must be gone when the tool returns."""
+    await ok(lab, "fingerprint_verify", {"build_id": baseline(lab)})
+    res = await ok(lab, "profile", {"stations": 18, "window_s": 3, "reps": 3, "perf": False})
+    record = RecordStore(lab.data_dir).load("prof", res["profile_id"], ProfileRecord)
+    rates = [w.counters.get("dm_write_txns") for w in record.windows]
+    assert all(r is not None and 0.8 * 18 <= r <= 1.2 * 18 for r in rates), rates
+    assert all(w.counters.get("rpc_calls", 0) > 0 for w in record.windows), record.windows
+    assert vlab_probes(lab) == []
 
 
 def test_0901_gates_the_write_back(lab: VlabLayout) -> None:

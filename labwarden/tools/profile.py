@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from labwarden.lab import dutprobes, dutproc, knobs, sampler, uprobes
 from labwarden.lab.conditions import snapshot
+from labwarden.lab.device import RunResult
 from labwarden.lab.measure import ProfileRecord, Window
 from labwarden.lab.records import RecordStore
 from labwarden.tools import associate
@@ -105,14 +106,24 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
             notes.append(f"uprobe counters not measured: {reason}")
             probes = {}
     windows: list[Window] = []
+    counting: list[asyncio.Task[RunResult] | None] = []  # each window's perf stat, in order
     try:
         async with _maybe_probes(ctx, probes) as events:
-            await asyncio.sleep(max(0.0, settled_at - time.monotonic()))
-            for rep in range(inp.reps):
-                await ctx.report(rep, inp.reps, f"{inp.stations} clients: window {rep + 1}/"
-                                 f"{inp.reps} ({inp.window_s:g} s)")
-                windows.append(await _window(ctx, inp, proc.pid, rep, events,
-                                             perf=inp.perf and rep < perf_reps, art=art))
+            try:
+                await asyncio.sleep(max(0.0, settled_at - time.monotonic()))
+                for rep in range(inp.reps):
+                    _raise_failed_count(counting, inp.window_s)  # stop early, not after all reps
+                    await ctx.report(rep, inp.reps, f"{inp.stations} clients: window {rep + 1}/"
+                                     f"{inp.reps} ({inp.window_s:g} s)")
+                    windows.append(await _window(ctx, inp, proc.pid, rep, events, counting,
+                                                 perf=inp.perf and rep < perf_reps, art=art))
+                for window, stat in zip(windows, counting, strict=True):
+                    if stat is not None:
+                        window.counters = _counters(await stat, inp.window_s)
+            finally:
+                # every perf stat has ended before the probes are removed: tracefs refuses to
+                # remove an event that is still open
+                await _reap(counting)
     except BaseException:
         shutil.rmtree(art, ignore_errors=True)  # no record, so no orphan artifacts either
         raise
@@ -141,8 +152,37 @@ def _maybe_probes(ctx: LabContext, probes: dict[str, str]):  # type: ignore[no-u
                                 ctx.data_dir / "symcache")
 
 
+def _counters(stat: RunResult, window_s: float) -> dict[str, float]:
+    counts = uprobes.parse_perf_stat_csv(stat.stderr)
+    if stat.exit_status != 0 or not counts:
+        raise ToolError("device", f"perf stat of uprobes failed: {stat.stderr.strip()[-300:]}",
+                        "is tracefs mounted on the DUT? `labwarden doctor`")
+    return {dutprobes.counter_name(e): round(c / window_s, 3) for e, c in counts.items()}
+
+
+def _raise_failed_count(counting: list[asyncio.Task[RunResult] | None], window_s: float) -> None:
+    """Raise now if an earlier window's perf stat has already ended badly."""
+    for stat in counting:
+        if stat is not None and stat.done():
+            _counters(stat.result(), window_s)
+
+
+async def _reap(counting: list[asyncio.Task[RunResult] | None]) -> None:
+    """Cancel the perf stats still running (a failed or cancelled measurement), and wait for all
+    of them (a cancelled exec closes its session, and the DUT's sshd hangs perf up)."""
+    running = [t for t in counting if t is not None]
+    for stat in running:
+        stat.cancel()  # no-op for those already done
+    await asyncio.gather(*running, return_exceptions=True)
+
+
 async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events: list[str],
-                  perf: bool, art: Path) -> Window:
+                  counting: list[asyncio.Task[RunResult] | None], perf: bool, art: Path) -> Window:
+    """One window: the sampler and perf record are awaited; the uprobe counters' perf stat is
+    started with them and appended to `counting`, for measure() to collect. Opening and closing
+    a uprobe perf event costs ~0.1 s of kernel waits each, so waiting for it here would add
+    ~0.2 s to every window; instead it closes while the next window runs (its counts cover its
+    own window_s, started with this window: bench/loop_overhead.py)."""
     prof, dev = ctx.profile, ctx.device
     start_count = (await knobs.datamodel_count(dev, prof)).get("total", -1)
     perf_opts = " ".join(PERF_RECORD) if perf else None
@@ -154,11 +194,11 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
     if perf:
         jobs.append(dev.exec([prof.target.perf, *PERF_RECORD, "-p", str(pid), "-o", remote, "--",
                               "sleep", secs], timeout=timeout))
-    if events:
-        jobs.append(dev.exec([prof.target.perf, *uprobes.perf_stat_argv(events, pid, inp.window_s)[1:]],
-                             timeout=timeout))
     started = datetime.now(UTC)
     t0 = time.monotonic()
+    counting.append(asyncio.ensure_future(dev.exec(
+        [prof.target.perf, *uprobes.perf_stat_argv(events, pid, inp.window_s)[1:]],
+        timeout=timeout)) if events else None)
     try:
         results = await asyncio.gather(*jobs)
     except BaseException:
@@ -172,10 +212,8 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
                         + (" (the process exited)" if sampled.gone else ""),
                         "lab_status: is the target running?")
     perf_path, perf_bytes = None, None
-    idx = 1
     if perf:
-        rec = results[idx]
-        idx += 1
+        rec = results[1]
         try:
             if rec.exit_status != 0:
                 raise ToolError("device", f"perf record failed: {rec.stderr.strip()[-300:]}",
@@ -185,14 +223,6 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
             perf_path, perf_bytes = str(local), local.stat().st_size
         finally:
             await dev.run(["rm", "-f", remote])
-    counters: dict[str, float] = {}
-    if events:
-        stat = results[idx]
-        counts = uprobes.parse_perf_stat_csv(stat.stderr)
-        if stat.exit_status != 0 or not counts:
-            raise ToolError("device", f"perf stat of uprobes failed: {stat.stderr.strip()[-300:]}",
-                            "is tracefs mounted on the DUT? `labwarden doctor`")
-        counters = {dutprobes.counter_name(e): round(c / inp.window_s, 3) for e, c in counts.items()}
     end_count = (await knobs.datamodel_count(dev, prof)).get("total", -1)
     clk = cond.clk_tck or 100
     return Window(rep=rep, started_at=started, duration_s=round(duration, 3),
@@ -201,7 +231,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
                   rss_kb=sampled.rss_kb(),
                   io_read_bytes=sampled.samples[-1].read_bytes - sampled.samples[0].read_bytes,
                   io_write_bytes=sampled.samples[-1].write_bytes - sampled.samples[0].write_bytes,
-                  counters=counters, datamodel_start=start_count, datamodel_end=end_count,
+                  datamodel_start=start_count, datamodel_end=end_count,
                   restarted=sampled.restarted() or sampled.gone, perf_data=perf_path,
                   perf_bytes=perf_bytes, conditions=cond)
 
