@@ -20,6 +20,7 @@ from labwarden.lab.profile import LabProfile
 from labwarden.server.app import build_server
 from labwarden.tools import registry
 from labwarden.transcripts.store import TranscriptStore
+from labwarden.vlab import rpc
 from labwarden.vlab.layout import VlabLayout
 
 from .conftest import vlab_probes
@@ -285,3 +286,6 @@ async def test_cancelled_sweep_leaves_no_perf_behind(lab: VlabLayout) -> None:
         # and its uprobes are removed, though its hung-up perf stat still held them open when
         # the removal began (tracefs refuses then): kernel state outlives the vlab otherwise
         assert await _until(lambda: not vlab_probes(lab), 10), f"uprobes left: {vlab_probes(lab)}"
+        # and the sweep's promise holds even cancelled: it leaves the DUT with no clients
+        assert await _until(lambda: rpc.count(lab.socket).get("total") == 0, 10), \
+            f"clients left associated: {rpc.count(lab.socket)}"

@@ -221,8 +221,8 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
             local = art / f"rep{rep}.perf.data"
             await dev.get(remote, local)
             perf_path, perf_bytes = str(local), local.stat().st_size
-        finally:
-            await dev.run(["rm", "-f", remote])
+        finally:  # shielded, as above: also when cancelled during the download
+            await asyncio.shield(dev.run(["rm", "-f", remote]))
     end_count = (await knobs.datamodel_count(dev, prof)).get("total", -1)
     clk = cond.clk_tck or 100
     return Window(rep=rep, started_at=started, duration_s=round(duration, 3),
