@@ -219,6 +219,40 @@ async def test_put_get_verified(dev: Device, vlab: VlabLayout, tmp_path: Path) -
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("method", ["put", "write_file"])
+async def test_cancelled_copy_leaves_no_temp_file(dev: Device, vlab: VlabLayout, tmp_path: Path,
+                                                  method: str) -> None:
+    """A copy cancelled the way the MCP server cancels a tool (an anyio scope, which cancels
+    every later await too, the clean-up's included) removes its temp file from the DUT. The
+    clean-up's `sftp.remove` survives that unshielded: asyncssh sends the request before its
+    first suspension, so only the wait for the reply is cancelled. Anything awaited before the
+    remove would break that (then shield it, as dutprobes and sweep do)."""
+    data = os.urandom(8 << 20)
+    local = tmp_path / "big"
+    local.write_bytes(data)
+    remote = str(vlab.tmp_dir / f"big-{method}")
+
+    async def copy() -> None:
+        await (dev.put(local, remote) if method == "put" else dev.write_file(remote, data))
+
+    def left() -> list[str]:
+        return [p.name for p in vlab.tmp_dir.iterdir() if ".lw-" in p.name]
+
+    t0 = time.monotonic()
+    await copy()
+    full = time.monotonic() - t0
+    cancelled = 0
+    for share in (0.05, 0.2, 0.4, 0.6):  # cancel at different points of the copy
+        with anyio.move_on_after(share * full) as scope:
+            await copy()
+        cancelled += scope.cancelled_caught
+        t0 = time.monotonic()
+        while left() and time.monotonic() - t0 < 5:  # the shielded removal may be in flight
+            await asyncio.sleep(0.02)
+        assert left() == [], f"temp files left on the DUT after a cancel at {share:.0%} of a copy"
+    assert cancelled >= 2, f"only {cancelled} of 4 copies were cancelled before they finished"
+
+
 async def test_read_write_file(dev: Device, vlab: VlabLayout) -> None:
     path = vlab.tmp_dir / "note.txt"
     await dev.write_file(str(path), b"first\n")
