@@ -31,10 +31,10 @@ PERF_RECORD = ["record", "-N", "-z", "--buildid-mmap", "--no-bpf-event", "-e", "
                "-F", "999", "--call-graph", "dwarf,32768"]
 """FACTS: -z is ~46x smaller; never -B. With -N -z, perf 6.1 writes no build-id table, so
 --buildid-mmap puts the ids in the mmap events: a mismatched symfs is then refused.
---no-bpf-event: without it perf 6.1 spends ~0.95 s per recording on its BPF side-band (every
-loaded BPF program's info, a dozen on a systemd host), 1.13 s -> 0.18 s of fixed cost per
-window measured on the vlab; the target is a user-space daemon, and symbolize's unknown-frame
-share stays 0% without BPF symbols (bench/symbolize.py)."""
+--no-bpf-event: without it perf 6.1 spends ~0.95 s per recording on its BPF event support
+(--synth=no does not remove it): 1.13 s -> 0.18 s of fixed cost per window, measured on the
+vlab. The target is a user-space daemon, and symbolize's unknown-frame share stays 0% without
+BPF symbols (bench/symbolize.py)."""
 
 
 class ProfileInput(BaseModel):
