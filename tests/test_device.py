@@ -247,7 +247,7 @@ async def test_cancelled_copy_leaves_no_temp_file(dev: Device, vlab: VlabLayout,
             await copy()
         cancelled += scope.cancelled_caught
         t0 = time.monotonic()
-        while left() and time.monotonic() - t0 < 5:  # the shielded removal may be in flight
+        while left() and time.monotonic() - t0 < 5:  # the removal may still be in flight
             await asyncio.sleep(0.02)
         assert left() == [], f"temp files left on the DUT after a cancel at {share:.0%} of a copy"
     assert cancelled >= 2, f"only {cancelled} of 4 copies were cancelled before they finished"
