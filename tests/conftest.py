@@ -73,7 +73,7 @@ def needs_uprobes() -> None:
 def vlab_probes(layout: VlabLayout) -> list[str]:
     """uprobes registered in the host's tracefs on this vlab's files (tracefs is kernel-wide)."""
     try:
-        lines = Path("/sys/kernel/tracing/uprobe_events").read_text().splitlines()
+        lines = (uprobes.TRACEFS / "uprobe_events").read_text().splitlines()
     except OSError:
         return []
     return [ln for ln in lines if str(layout.root) in ln]
