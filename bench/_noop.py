@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from labwarden.lab.profile import LabProfile
-from labwarden.tools.spec import ToolSpec
+from labwarden.core.spec import ToolSpec
+from labwarden.lab.config import LabProfile
 
 
 class NoopInput(BaseModel):
@@ -65,8 +65,8 @@ def main() -> None:
 
 def _short_cut_runner() -> None:
     """Replace the runner (validation, guard, transcript) in the server by a direct call."""
+    from labwarden.core.call import ToolCallRecord
     from labwarden.server import tools
-    from labwarden.tools.record import ToolCallRecord
 
     async def direct(ctx: object, name: str, args: dict) -> ToolCallRecord:  # type: ignore[type-arg]
         out = NoopOutput(n=args.get("n", 0))

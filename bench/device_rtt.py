@@ -30,8 +30,8 @@ import asyncssh
 from rich.console import Console
 from rich.table import Table
 
-from labwarden.lab.device import CIPHERS, Device
-from labwarden.lab.target import SshTarget
+from labwarden.lab.dut.device import CIPHERS, Device
+from labwarden.lab.dut.endpoint import SshTarget
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from labwarden.lab.measure import ProfileRecord
-from labwarden.lab.profile import LabProfile
-from labwarden.lab.records import RecordStore
+from labwarden.core.measurements import ProfileRecord
+from labwarden.core.records import RecordStore
+from labwarden.lab.config import LabProfile
+from labwarden.runtime.runner import call_tool
 from labwarden.tools.context import open_lab
-from labwarden.tools.runner import call_tool
 from labwarden.vlab import control
 
 

@@ -33,12 +33,12 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from labwarden.core.records import RecordStore
 from labwarden.doctor import which
-from labwarden.lab import symfs as sf
-from labwarden.lab.profile import LabProfile
-from labwarden.lab.records import RecordStore
+from labwarden.lab.config import LabProfile
+from labwarden.lab.host import symfs as sf
+from labwarden.runtime.runner import call_tool
 from labwarden.tools.context import open_lab
-from labwarden.tools.runner import call_tool
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 from tests.test_symbolize import record_profile

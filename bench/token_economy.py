@@ -16,9 +16,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from labwarden.lab.profile import LabProfile
+from labwarden.cli.run import execute
+from labwarden.lab.config import LabProfile
 from labwarden.playbook import model
-from labwarden.playbook.cli import execute
 from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import control
 

@@ -26,9 +26,9 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).parent))
 import _noop
 
-from labwarden.lab.profile import LabProfile
+from labwarden.lab.config import LabProfile
+from labwarden.runtime.runner import call_tool
 from labwarden.tools.context import open_lab
-from labwarden.tools.runner import call_tool
 from labwarden.vlab import control
 
 

@@ -64,7 +64,7 @@ def checks() -> list[Check]:
                      detail=str(TRACEFS) + (" mounted" if mounted else " not mounted"),
                      remedy=None if mounted else "mount -t tracefs nodev /sys/kernel/tracing  (as root)",
                      needed_for="uprobe counters"))
-    from labwarden.lab import uprobes
+    from labwarden.lab.host import tracefs as uprobes
 
     reason = uprobes.available(TRACEFS) if mounted else "tracefs missing"
     out.append(Check(name="uprobes", ok=reason is None,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labwarden.lab import uprobes
+from labwarden.lab.host import tracefs as uprobes
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 

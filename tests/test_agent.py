@@ -23,11 +23,11 @@ from typer.testing import CliRunner
 from labwarden.agent import summary
 from labwarden.agent.loop import RESUMED, STATE
 from labwarden.agent.overnight import parse_until
-from labwarden.cli import app
-from labwarden.lab.profile import LabProfile
+from labwarden.cli.app import app
+from labwarden.core.call import ToolCallRecord
+from labwarden.core.events import ModelCall, Note, ToolCalled
+from labwarden.lab.config import LabProfile
 from labwarden.tools import registry
-from labwarden.tools.record import ToolCallRecord
-from labwarden.transcripts.events import ModelCall, Note, ToolCalled
 from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout

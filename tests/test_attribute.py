@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from labwarden.lab import duthelpers
-from labwarden.lab.profile import LabProfile
+from labwarden.core.call import ToolCallRecord
+from labwarden.lab.config import LabProfile
+from labwarden.lab.dut import helpers as duthelpers
+from labwarden.runtime.runner import call_tool
 from labwarden.tools import attribute
 from labwarden.tools.attribute import MAX_WINDOW_S
 from labwarden.tools.context import LabContext, open_lab
-from labwarden.tools.record import ToolCallRecord
-from labwarden.tools.runner import call_tool
 from labwarden.vlab.layout import VlabLayout
 
 from .tooling import baseline, ok
@@ -225,7 +225,7 @@ async def test_killing_the_helper_resumes(lab: VlabLayout) -> None:
 
 _CHILD = """
 import asyncio, sys
-from labwarden.lab.profile import LabProfile
+from labwarden.lab.config import LabProfile
 from labwarden.tools import attribute
 from labwarden.tools.context import open_lab
 async def main():

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from labwarden.cli import app
-from labwarden.lab.labstate import LabState
-from labwarden.lab.profile import LabProfile
+from labwarden.cli.app import app
+from labwarden.lab.boardstate import LabState
+from labwarden.lab.config import LabProfile
+from labwarden.runtime.runner import call_tool
 from labwarden.tools.context import open_lab
-from labwarden.tools.runner import call_tool
 from labwarden.vlab.layout import VlabLayout
 
 from .tooling import baseline

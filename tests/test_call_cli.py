@@ -11,7 +11,7 @@ from pathlib import Path
 import asyncssh
 from typer.testing import CliRunner
 
-from labwarden.cli import app
+from labwarden.cli.app import app
 from labwarden.vlab.layout import VlabLayout
 
 runner = CliRunner()

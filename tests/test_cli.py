@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from labwarden.cli import app
+from labwarden.cli.app import app
 
 runner = CliRunner()
 

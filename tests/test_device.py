@@ -19,7 +19,7 @@ import anyio
 import asyncssh
 import pytest
 
-from labwarden.lab.device import (
+from labwarden.lab.dut.device import (
     AuthRefused,
     CommandFailed,
     CommandTimeout,
@@ -29,7 +29,7 @@ from labwarden.lab.device import (
     RemoteFileError,
     Unreachable,
 )
-from labwarden.lab.target import SshTarget
+from labwarden.lab.dut.endpoint import SshTarget
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from labwarden.cli import app
+from labwarden.cli.app import app
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

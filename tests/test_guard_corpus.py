@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from labwarden.guardrails.lease import Lease
-from labwarden.lab import uci, uprobes
-from labwarden.lab.labstate import LabState
-from labwarden.lab.profile import LabProfile
+from labwarden.lab import uci
+from labwarden.lab.boardstate import LabState
+from labwarden.lab.config import LabProfile
+from labwarden.lab.host import tracefs as uprobes
+from labwarden.runtime.runner import call_tool
 from labwarden.tools.context import LabContext, open_lab
-from labwarden.tools.runner import call_tool
 from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import dutstate, procs, rpc
 from labwarden.vlab.layout import VlabLayout
@@ -281,8 +282,8 @@ async def test_a_tool_that_raises_is_recorded_as_internal_not_cancelled(
     transcript says what it was: kind "internal" with the exception, never "cancelled"."""
     from pydantic import BaseModel
 
+    from labwarden.core.spec import ToolSpec
     from labwarden.tools import registry
-    from labwarden.tools.spec import ToolSpec
 
     class Empty(BaseModel):
         pass

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from labwarden.lab.profile import LabProfile
+from labwarden.lab.config import LabProfile
+from labwarden.runtime.runner import call_tool
 from labwarden.tools.context import open_lab
-from labwarden.tools.runner import call_tool
 from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import control, dutstate
 from labwarden.vlab.layout import VlabLayout

@@ -8,9 +8,15 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from labwarden.lab.labgrid_backend import LabgridConfig, LabgridError, PlaceBusy, resolve_target, transition
-from labwarden.lab.labgrid_place import PlaceLease
-from labwarden.lab.target import SshTarget
+from labwarden.lab.dut.endpoint import SshTarget
+from labwarden.lab.labgrid import (
+    LabgridConfig,
+    LabgridError,
+    PlaceBusy,
+    PlaceLease,
+    resolve_target,
+    transition,
+)
 from labwarden.vlab.layout import VlabLayout
 from tests.labgrid_fixtures import LabgridLab, free_port, running_labgrid
 
@@ -187,9 +193,9 @@ async def test_tools_through_a_labgrid_place(lab: LabgridLab, vlab: VlabLayout,
     with the holder named; the place is released when the session ends."""
     import tomllib
 
-    from labwarden.lab.profile import LabProfile
+    from labwarden.lab.config import LabProfile
+    from labwarden.runtime.runner import call_tool
     from labwarden.tools.context import open_lab
-    from labwarden.tools.runner import call_tool
 
     cfg = _remote_env(tmp_path, lab, vlab)
     data = tomllib.loads(vlab.lab_toml.read_text())

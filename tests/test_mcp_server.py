@@ -16,7 +16,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from labwarden.lab.profile import LabProfile
+from labwarden.lab.config import LabProfile
 from labwarden.server.app import build_server
 from labwarden.tools import registry
 from labwarden.transcripts.store import TranscriptStore

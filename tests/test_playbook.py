@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from labwarden.cli import app
+from labwarden.cli.app import app
 from labwarden.playbook import model, refs
 from labwarden.vlab.layout import VlabLayout
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from labwarden.lab.measure import ProfileRecord
-from labwarden.lab.profile import LabProfile
-from labwarden.lab.records import RecordStore
+from labwarden.core.measurements import ProfileRecord
+from labwarden.core.records import RecordStore
+from labwarden.lab.config import LabProfile
+from labwarden.runtime.runner import call_tool
 from labwarden.tools.context import LabContext, open_lab
-from labwarden.tools.runner import call_tool
 from labwarden.tools.sweep import SweepRecord
 from labwarden.vlab.layout import VlabLayout
 

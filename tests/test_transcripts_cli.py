@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from labwarden.cli import app
-from labwarden.tools.record import ToolCallRecord, ToolFailure
-from labwarden.transcripts import GuardDecision, ModelCall, Note, ToolCalled, TranscriptStore, audit
-from labwarden.transcripts import cli as transcripts_cli
+from labwarden.cli import transcripts as transcripts_cli
+from labwarden.cli.app import app
+from labwarden.core.call import ToolCallRecord, ToolFailure
+from labwarden.transcripts import GuardDecision, Note, ToolCalled, TranscriptStore, audit, pricing
 
 runner = CliRunner()
 
@@ -30,7 +30,7 @@ def _profile(conditions: dict[str, object] | None, ok: bool = True) -> ToolCalle
     return ToolCalled.of(ToolCallRecord(tool="profile", args={"seconds": 10}, ok=ok, duration_s=11.2,
                                         result={"folded": "artifacts/p.folded"} if ok else None,
                                         artifacts=["artifacts/p.folded", "artifacts/p.svg"]),
-                         conditions=conditions)
+                         conditions=conditions, measured=True)
 
 
 @pytest.fixture
@@ -38,12 +38,12 @@ def db(tmp_path: Path) -> tuple[Path, str]:
     path = tmp_path / "t.db"
     with TranscriptStore(path) as store:
         sid = store.start_session("chat", lab_name="vlab [lab]", lab_profile=".vlab/lab.toml")
-        store.append(sid, GuardDecision(tool="flash", decision="refuse", code="no_lease",
+        store.append(sid, GuardDecision(tool="flash", decision="refuse", code="lease_held",
                                         reason="no lease on the board", remedy="take one with [lease]"))
         failed = ToolCallRecord(tool="flash", args={"image": "[red]x[/red]"}, ok=False, duration_s=0.4,
                                 error=ToolFailure(kind="refused", message="no lease"))
         store.append(sid, ToolCalled.of(failed))
-        store.append(sid, ModelCall.priced("claude-opus-4-5", {"input_tokens": 1000, "output_tokens": 100}))
+        store.append(sid, pricing.model_call("claude-opus-4-5", {"input_tokens": 1000, "output_tokens": 100}))
         store.append(sid, _profile(PINNED))
         store.append(sid, Note(text="looks good", author="agent"))
         store.end_session(sid)

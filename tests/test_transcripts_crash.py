@@ -21,8 +21,8 @@ TRIALS = 20
 # append has returned, i.e. once the event is acknowledged.
 WRITER = """
 import sys
-from labwarden.tools.record import ToolCallRecord
-from labwarden.transcripts import ModelCall, Note, ToolCalled, TranscriptStore
+from labwarden.core.call import ToolCallRecord
+from labwarden.transcripts import Note, ToolCalled, TranscriptStore, pricing
 store = TranscriptStore(sys.argv[1])
 sid = sys.argv[2]
 print("ready", flush=True)
@@ -31,7 +31,7 @@ i = 0
 while True:
     i += 1
     if i % 3 == 0:
-        ev = ModelCall.priced("claude-sonnet-4-5", {"input_tokens": i, "output_tokens": 7})
+        ev = pricing.model_call("claude-sonnet-4-5", {"input_tokens": i, "output_tokens": 7})
     elif i % 3 == 1:
         ev = ToolCalled.of(ToolCallRecord(tool="flash", args={"i": i, "pad": "x" * 300}, ok=True,
                                           result={"i": i}, artifacts=[f"a/{i}.log"]))

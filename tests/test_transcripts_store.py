@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from labwarden.tools.record import ToolCallRecord, ToolFailure
+from labwarden.core.call import ToolCallRecord, ToolFailure
 from labwarden.transcripts import (
     AuditReport,
     GuardDecision,
-    ModelCall,
     Note,
     ToolCalled,
     TranscriptError,
     TranscriptStore,
     audit,
+    pricing,
 )
 from labwarden.transcripts.chain import GENESIS, link_hash
 
@@ -59,10 +59,11 @@ def test_append_and_read_back_roundtrip(tmp_path: Path) -> None:
         written = [
             store.append(sid, ToolCalled.of(call)),
             store.append(sid, ToolCalled.of(failed)),
-            store.append(sid, GuardDecision(tool="flash", decision="heal", code="not_tuned",
+            store.append(sid, GuardDecision(tool="flash", decision="heal",
                                             reason="governor", changes=["governor -> performance"])),
-            store.append(sid, ModelCall.priced("claude-sonnet-4-5", {"input_tokens": 10, "output_tokens": 5},
-                                               request_id="req_1", stop_reason="tool_use")),
+            store.append(sid, pricing.model_call("claude-sonnet-4-5",
+                                                 {"input_tokens": 10, "output_tokens": 5},
+                                                 request_id="req_1", stop_reason="tool_use")),
             store.append(sid, Note(text="ünïcode ok", author="agent")),
         ]
     assert [w.seq for w in written] == [2, 3, 4, 5, 6]
@@ -189,7 +190,7 @@ def test_a_checkpoint_taken_earlier_still_matches_after_more_appends(tmp_path: P
 
 WRITER = """
 import sys
-from labwarden.tools.record import ToolCallRecord
+from labwarden.core.call import ToolCallRecord
 from labwarden.transcripts import Note, ToolCalled, TranscriptStore
 store = TranscriptStore(sys.argv[1])
 for i in range(int(sys.argv[3])):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from labwarden.lab import uprobes
+from labwarden.lab.host import tracefs as uprobes
 
 # perf stat -x, output as perf 6.1 prints it for two uprobes and one that did not count
 PERF_CSV = """\

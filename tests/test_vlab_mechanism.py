@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from labwarden.lab import uprobes
-from labwarden.lab.measure import ProfileRecord
-from labwarden.lab.records import RecordStore
+from labwarden.core.measurements import ProfileRecord
+from labwarden.core.records import RecordStore
+from labwarden.lab.host import tracefs as uprobes
 from labwarden.vlab import control, dutstate, procs
 from labwarden.vlab.layout import VlabLayout
 

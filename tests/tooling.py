@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from labwarden.lab.profile import LabProfile
+from labwarden.core.call import ToolCallRecord
+from labwarden.lab.config import LabProfile
+from labwarden.runtime.runner import call_tool
 from labwarden.tools.context import open_lab
-from labwarden.tools.record import ToolCallRecord
-from labwarden.tools.runner import call_tool
 from labwarden.vlab.layout import VlabLayout
 
 

@@ -20,10 +20,10 @@ from datetime import datetime
 from typing import Any, Literal
 
 from labwarden.agent.model import Model, ModelUnavailable
+from labwarden.core.call import ToolCallRecord
+from labwarden.core.events import Note
+from labwarden.runtime.runner import call_tool
 from labwarden.tools.context import LabContext
-from labwarden.tools.record import ToolCallRecord
-from labwarden.tools.runner import call_tool
-from labwarden.transcripts.events import Note
 from labwarden.transcripts.store import TranscriptError, TranscriptStore
 
 STATE = "agent-state"
@@ -232,8 +232,8 @@ class Saved:
 
 def saved_state(store: TranscriptStore, session_id: str) -> Saved:
     """The conversation and config a session recorded (its agent-state and agent-config notes)."""
+    from labwarden.core.events import ModelCall
     from labwarden.transcripts import pricing
-    from labwarden.transcripts.events import ModelCall
 
     sid = store.resolve(session_id)
     messages: list[Message] = []

@@ -18,10 +18,10 @@ from typing import Any
 import anthropic
 import httpx2
 
+from labwarden.core.errors import LabError
 from labwarden.tools import registry
 from labwarden.tools.context import LabContext
 from labwarden.transcripts import pricing
-from labwarden.transcripts.events import ModelCall
 
 DEFAULT_MODEL = "claude-sonnet-4-6"  # sonnet-4-5 reaches end of life on 2026-11-30 (SDK)
 CACHED = {"type": "ephemeral"}
@@ -34,13 +34,8 @@ class StreamCut(Exception):
     """The stream ended before message_stop (the connection closed mid-answer)."""
 
 
-class ModelUnavailable(Exception):
-    """The API could not be reached (or kept failing) after the retries."""
-
-    def __init__(self, problem: str, remedy: str) -> None:
-        super().__init__(f"{problem} ({remedy})")
-        self.problem = problem
-        self.remedy = remedy
+class ModelUnavailable(LabError):
+    """The API could not be reached (or kept failing) after the retries, or has no key."""
 
 
 @dataclass
@@ -190,7 +185,7 @@ class Model:
     def _record(self, ctx: LabContext, message: Any, request_id: str | None,
                 stop_reason: str | None = None) -> None:
         usage = message.usage.model_dump()
-        event = ModelCall.priced(self.options.model, usage, request_id=request_id,
+        event = pricing.model_call(self.options.model, usage, request_id=request_id,
                                  stop_reason=stop_reason or message.stop_reason)
         ctx.log(event)
         t = pricing.tokens_by_kind(event.usage)

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from labwarden.agent import options, summary
+from labwarden.agent import summary
 from labwarden.agent.loop import (
     CONFIG,
     STOP,
@@ -28,11 +28,12 @@ from labwarden.agent.loop import (
     take_over_lease,
 )
 from labwarden.agent.model import Model, ModelOptions
-from labwarden.agent.options import BaseUrlOpt, BudgetOpt, LabOpt, MaxTurnsOpt, ModelOpt
-from labwarden.lab.profile import LabProfile
+from labwarden.cli import agentopts as options
+from labwarden.cli.agentopts import BaseUrlOpt, BudgetOpt, LabOpt, MaxTurnsOpt, ModelOpt
+from labwarden.core.events import Note
+from labwarden.lab.config import LabProfile
 from labwarden.server.prompts import load, prompt_dir
 from labwarden.tools.context import open_lab
-from labwarden.transcripts.events import Note
 from labwarden.transcripts.store import TranscriptError
 
 console = Console(stderr=True)
@@ -142,7 +143,7 @@ def loop(lab: LabOpt = options.DEFAULT_LAB,
     if goal is None and resume is None:
         goal = load(prompt_dir() / "overnight-loop.md").arguments[0]["default"]
     from labwarden.agent.model import ModelUnavailable
-    from labwarden.lab.device import DeviceError
+    from labwarden.lab.dut.device import DeviceError
 
     limits = Limits(budget_usd=budget_usd, until=deadline, max_turns=max_turns)
     try:

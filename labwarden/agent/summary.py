@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labwarden.core.events import ToolCalled
 from labwarden.transcripts import timeline
-from labwarden.transcripts.events import ToolCalled
 from labwarden.transcripts.pricing import KINDS
 from labwarden.transcripts.store import TranscriptStore
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from labwarden.lab.profile import BudgetSection
+from labwarden.lab.config import BudgetSection
 
 
 @dataclass

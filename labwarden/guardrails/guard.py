@@ -7,13 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from labwarden.core.events import GuardDecision
+from labwarden.core.spec import ToolSpec
 from labwarden.guardrails import argsafety, paths
 from labwarden.guardrails.budget import BudgetState
-from labwarden.guardrails.decision import GuardDecision, Refused, refuse
 from labwarden.guardrails.lease import Lease
+from labwarden.guardrails.refusal import Refused, refuse
 from labwarden.lab import knobs
-from labwarden.lab.labstate import LabState
-from labwarden.tools.spec import ToolSpec
+from labwarden.lab.boardstate import LabState
 
 FORBIDDEN_SUSPECTS = {"init", "procd", "systemd", "sshd", "dropbear", "lw-pause", "python", "python3",
                       "labwarden", "ubusd", "netifd"}

@@ -11,7 +11,7 @@ import time
 
 from pydantic import BaseModel
 
-from labwarden.lab.device import Device
+from labwarden.lab.dut.device import Device
 
 TTL_S = 300.0
 

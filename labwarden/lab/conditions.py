@@ -13,9 +13,9 @@ from pydantic import BaseModel, Field
 
 from labwarden import __version__
 from labwarden.lab import knobs
-from labwarden.lab.device import Device
-from labwarden.lab.labstate import LabState
-from labwarden.lab.profile import LabProfile
+from labwarden.lab.boardstate import LabState
+from labwarden.lab.config import LabProfile
+from labwarden.lab.dut.device import Device
 
 CHECKED = ("governors", "boost", "clk_tck", "vaps_enabled", "channels", "host", "target")
 """Keys that must be equal for two measurements to be comparable (the build may differ)."""

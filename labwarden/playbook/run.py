@@ -11,12 +11,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from labwarden.lab.records import RecordStore
+from labwarden.core.call import ToolCallRecord
+from labwarden.core.records import RecordStore
 from labwarden.playbook import refs
 from labwarden.playbook.model import Playbook, Step
+from labwarden.runtime.runner import call_tool
 from labwarden.tools.context import LabContext
-from labwarden.tools.record import ToolCallRecord
-from labwarden.tools.runner import call_tool
 
 
 class StepResult(BaseModel):
@@ -69,7 +69,7 @@ async def run(ctx: LabContext, book: Playbook, on_step: StepHook | None = None) 
             args = refs.resolve(step.args, scope)
         except refs.RefError as exc:
             rec = ToolCallRecord(tool=step.tool, args=step.args)
-            from labwarden.tools.record import ToolFailure
+            from labwarden.core.call import ToolFailure
 
             rec.error = ToolFailure(kind="invalid_input", message=str(exc.args[0]),
                                     remedy="a reference names a step that failed or a wrong path")

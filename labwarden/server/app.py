@@ -14,7 +14,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 
 from labwarden import __version__
-from labwarden.lab.profile import LabProfile
+from labwarden.lab.config import LabProfile
 from labwarden.server import prompts, resources, tools
 from labwarden.tools.context import LabContext, open_lab
 

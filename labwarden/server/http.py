@@ -14,11 +14,13 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 
-from labwarden.errors import LabError
+from labwarden.core.errors import LabError
 
 
 class ServeError(LabError):
     """The MCP server cannot start as asked (bind address, token)."""
+
+    kind = "invalid_input"
 
 
 def parse_bind(bind: str) -> tuple[str, int]:

@@ -10,9 +10,9 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 
-from labwarden.lab.records import RecordNotFound, RecordStore
+from labwarden.core.records import RecordNotFound, RecordStore
+from labwarden.runtime.runner import call_tool
 from labwarden.tools.context import LabContext
-from labwarden.tools.runner import call_tool
 
 KINDS = {"profiles": "prof", "sweeps": "swp"}
 _FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")

@@ -16,10 +16,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import WithJsonSchema
 
+from labwarden.core.spec import ToolSpec
+from labwarden.runtime.runner import call_tool
 from labwarden.tools import registry
 from labwarden.tools.context import LabContext, current_progress
-from labwarden.tools.runner import call_tool
-from labwarden.tools.spec import ToolSpec
 
 
 def annotations(spec: ToolSpec) -> ToolAnnotations:

@@ -12,11 +12,11 @@ import time
 
 from pydantic import BaseModel, Field, model_validator
 
+from labwarden.core.errors import ToolError
+from labwarden.core.spec import ToolSpec, describe
 from labwarden.lab import knobs
-from labwarden.lab.load import LoadError
+from labwarden.lab.host.stasim import LoadError
 from labwarden.tools.context import LabContext
-from labwarden.tools.errors import ToolError
-from labwarden.tools.spec import ToolSpec, describe
 
 
 class AssociateInput(BaseModel):

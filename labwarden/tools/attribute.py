@@ -17,14 +17,15 @@ import time
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from labwarden.lab import dutproc, sampler
-from labwarden.lab.device import Device, DeviceError
-from labwarden.lab.duthelpers import ensure
-from labwarden.lab.dutproc import ProcInstance
+from labwarden.core.errors import ToolError
+from labwarden.core.spec import ToolSpec, describe
+from labwarden.lab.dut import procs as dutproc
+from labwarden.lab.dut import sampler
+from labwarden.lab.dut.device import Device, DeviceError
+from labwarden.lab.dut.helpers import ensure
+from labwarden.lab.dut.procs import ProcInstance
 from labwarden.lab.procfs import parse_stat
 from labwarden.tools.context import LabContext
-from labwarden.tools.errors import ToolError
-from labwarden.tools.spec import ToolSpec, describe
 
 log = logging.getLogger(__name__)
 MAX_WINDOW_S = 60.0

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from labwarden.lab import builder
+from labwarden.core.spec import ToolSpec, describe
+from labwarden.lab.host import builder
 from labwarden.tools.context import LabContext
-from labwarden.tools.spec import ToolSpec, describe
 
 
 class BuildInput(BaseModel):
@@ -53,7 +53,7 @@ async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:
 
 def load_manifest(ctx: LabContext, build_id: str) -> builder.BuildManifest:
     """The manifest of an earlier build, or a clear error naming what exists."""
-    from labwarden.tools.errors import ToolError
+    from labwarden.core.errors import ToolError
 
     builds = Path(ctx.profile.build.builds).expanduser()
     path = builds / build_id / "manifest.json"

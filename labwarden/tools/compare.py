@@ -14,11 +14,11 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from scipy import stats
 
-from labwarden.lab.measure import ProfileRecord
-from labwarden.lab.records import RecordStore
+from labwarden.core.errors import ToolError
+from labwarden.core.measurements import ProfileRecord
+from labwarden.core.records import RecordStore
+from labwarden.core.spec import ToolSpec, describe
 from labwarden.tools.context import LabContext
-from labwarden.tools.errors import ToolError
-from labwarden.tools.spec import ToolSpec, describe
 from labwarden.tools.sweep import SweepRecord
 
 Verdict = Literal["improved", "regressed", "no change", "inconclusive"]

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from labwarden.lab.labstate import LabState
-from labwarden.lab.profile import LabProfile
+from labwarden.lab.boardstate import LabState
+from labwarden.lab.config import LabProfile
 
 if TYPE_CHECKING:
     from labwarden.guardrails.guard import Guard
-    from labwarden.lab.device import Device
+    from labwarden.lab.dut.device import Device
     from labwarden.transcripts.store import TranscriptStore
 
 ProgressFn = Callable[[float, float | None, str], Awaitable[None]]
@@ -98,13 +98,12 @@ async def open_lab(profile: LabProfile, progress: ProgressFn = _no_progress,
                    transcript: Path | None = None) -> AsyncIterator[LabContext]:
     """Connect to the DUT the profile names (acquiring its labgrid place first, if any); when
     guarded, every call passes the guard and lands in the transcript."""
-    from labwarden.lab.device import Device
+    from labwarden.lab.dut.device import Device
 
     async with contextlib.AsyncExitStack() as stack:
         if profile.dut.backend == "labgrid":
             # imported here: labgrid's client pulls in gRPC, which the ssh backend never needs
-            from labwarden.lab.labgrid_backend import LabgridConfig
-            from labwarden.lab.labgrid_place import PlaceLease
+            from labwarden.lab.labgrid import LabgridConfig, PlaceLease
 
             assert profile.dut.labgrid is not None
             lease = PlaceLease(LabgridConfig(**profile.dut.labgrid.model_dump()), user=user)

@@ -12,11 +12,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from labwarden.guardrails.untrusted import DeviceText
+from labwarden.core.devtext import DeviceText
+from labwarden.core.spec import ToolSpec, describe
 from labwarden.lab import knobs
 from labwarden.lab.knobs import KnobState
 from labwarden.tools.context import LabContext
-from labwarden.tools.spec import ToolSpec, describe
 
 
 class EnvPinInput(BaseModel):

@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
-from labwarden.guardrails.untrusted import DeviceText
-from labwarden.lab import dutproc
+from labwarden.core.devtext import DeviceText
+from labwarden.core.spec import ToolSpec, describe
+from labwarden.lab.dut import procs as dutproc
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
-from labwarden.tools.spec import ToolSpec, describe
 
 _HASH = re.compile(r"\b([0-9a-f]{7,40}|unknown)\b")
 

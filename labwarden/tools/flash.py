@@ -13,12 +13,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from labwarden.lab import dutproc
-from labwarden.lab.device import DeviceError
+from labwarden.core.errors import ToolError
+from labwarden.core.spec import ToolSpec, describe
+from labwarden.lab.dut import procs as dutproc
+from labwarden.lab.dut.device import DeviceError
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
-from labwarden.tools.errors import ToolError
-from labwarden.tools.spec import ToolSpec, describe
 
 
 class FlashInput(BaseModel):
@@ -60,7 +60,7 @@ async def run(ctx: LabContext, inp: FlashInput) -> FlashOutput:
     try:
         await dutproc.wait_new_instance(dev, prof.target.process, before, prof.flash.timeout_s,
                                          prof.target.pidfile(prof.target.process))
-    except (DeviceError, TimeoutError) as exc:
+    except DeviceError as exc:
         state.health_reason = f"no answer after flash: {exc}"
         ctx.save_state(state)
         raise ToolError("device", f"the DUT did not come back after flashing {manifest.build_id}",

@@ -14,10 +14,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from labwarden.lab.measure import ProfileRecord
-from labwarden.lab.records import RecordStore
+from labwarden.core.measurements import ProfileRecord
+from labwarden.core.records import RecordStore
+from labwarden.core.spec import ToolSpec, describe
 from labwarden.tools.context import LabContext
-from labwarden.tools.spec import ToolSpec, describe
 from labwarden.tools.sweep import SweepRecord
 
 GateName = Literal["cpu_monotonic", "unknown_frames", "assoc_matches_datamodel",

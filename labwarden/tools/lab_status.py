@@ -11,11 +11,12 @@ import time
 
 from pydantic import BaseModel, Field
 
-from labwarden.guardrails.untrusted import DeviceText
-from labwarden.lab import dutproc, knobs
-from labwarden.lab.labstate import BoardHealth
+from labwarden.core.devtext import DeviceText
+from labwarden.core.spec import ToolSpec, describe
+from labwarden.lab import knobs
+from labwarden.lab.boardstate import BoardHealth
+from labwarden.lab.dut import procs as dutproc
 from labwarden.tools.context import LabContext
-from labwarden.tools.spec import ToolSpec, describe
 
 
 class LabStatusInput(BaseModel):

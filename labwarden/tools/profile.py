@@ -17,15 +17,19 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from labwarden.lab import dutprobes, dutproc, knobs, sampler, uprobes
+from labwarden.core.errors import ToolError
+from labwarden.core.measurements import ProfileRecord, Window
+from labwarden.core.records import RecordStore
+from labwarden.core.spec import ToolSpec, describe
+from labwarden.lab import knobs
 from labwarden.lab.conditions import snapshot
-from labwarden.lab.device import RunResult
-from labwarden.lab.measure import ProfileRecord, Window
-from labwarden.lab.records import RecordStore
+from labwarden.lab.dut import procs as dutproc
+from labwarden.lab.dut import sampler
+from labwarden.lab.dut import uprobes as dutprobes
+from labwarden.lab.dut.device import RunResult
+from labwarden.lab.host import tracefs as uprobes
 from labwarden.tools import associate
 from labwarden.tools.context import LabContext
-from labwarden.tools.errors import ToolError
-from labwarden.tools.spec import ToolSpec, describe
 
 PERF_RECORD = ["record", "-N", "-z", "--buildid-mmap", "--no-bpf-event", "-e", "cpu-clock",
                "-F", "999", "--call-graph", "dwarf,32768"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from labwarden.core.spec import ToolSpec
 from labwarden.tools import (
     associate,
     attribute,
@@ -17,7 +18,6 @@ from labwarden.tools import (
     sweep,
     symbolize,
 )
-from labwarden.tools.spec import ToolSpec
 
 _SPECS = [
     lab_status.SPEC,

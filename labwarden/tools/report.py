@@ -11,10 +11,10 @@ import re
 
 from pydantic import BaseModel, Field
 
+from labwarden.core.errors import ToolError
+from labwarden.core.spec import ToolSpec, describe
 from labwarden.report import data, render
 from labwarden.tools.context import LabContext
-from labwarden.tools.errors import ToolError
-from labwarden.tools.spec import ToolSpec, describe
 
 
 class ReportInput(BaseModel):

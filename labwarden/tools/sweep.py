@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field, field_validator
 
+from labwarden.core.records import RecordStore
+from labwarden.core.spec import ToolSpec, describe
 from labwarden.lab import knobs
-from labwarden.lab.records import RecordStore
 from labwarden.tools import associate, profile
 from labwarden.tools.context import LabContext
-from labwarden.tools.spec import ToolSpec, describe
 
 
 class SweepInput(BaseModel):

@@ -19,15 +19,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from labwarden.core.errors import ToolError
+from labwarden.core.measurements import ProfileRecord
+from labwarden.core.records import RecordNotFound, RecordStore
+from labwarden.core.spec import ToolSpec, describe
 from labwarden.doctor import which
-from labwarden.lab import folded as fl
-from labwarden.lab import symfs as sf
-from labwarden.lab.measure import ProfileRecord
-from labwarden.lab.records import RecordNotFound, RecordStore
+from labwarden.lab.host import folded as fl
+from labwarden.lab.host import symfs as sf
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
-from labwarden.tools.errors import ToolError
-from labwarden.tools.spec import ToolSpec, describe
 
 FORMAT = 1
 """Version of the cached Symbolized JSON; bump when its fields or the pipeline change."""

@@ -1,8 +1,6 @@
 """Transcripts: every session's events in SQLite, hash-chained, costed, replayable, auditable."""
 
-from labwarden.transcripts.audit import AuditReport, audit
-from labwarden.transcripts.events import (
-    MEASURING_TOOLS,
+from labwarden.core.events import (
     SCHEMA_VERSION,
     Event,
     GuardDecision,
@@ -13,12 +11,13 @@ from labwarden.transcripts.events import (
     SessionStarted,
     ToolCalled,
 )
+from labwarden.core.usage import CacheCreation, Usage
+from labwarden.transcripts.audit import AuditReport, audit
 from labwarden.transcripts.pricing import Cost, UnknownModel, cost
 from labwarden.transcripts.store import Checkpoint, StoredEvent, TranscriptError, TranscriptStore
-from labwarden.transcripts.usage import CacheCreation, Usage
 
 __all__ = [
-    "MEASURING_TOOLS", "SCHEMA_VERSION", "AuditReport", "CacheCreation", "Checkpoint", "Cost", "Event",
+    "SCHEMA_VERSION", "AuditReport", "CacheCreation", "Checkpoint", "Cost", "Event",
     "GuardDecision", "MeasurementConditions", "ModelCall", "Note", "SessionEnded", "SessionStarted",
     "StoredEvent", "ToolCalled", "TranscriptError", "TranscriptStore", "UnknownModel", "Usage", "audit",
     "cost",

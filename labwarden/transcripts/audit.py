@@ -14,9 +14,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
+from labwarden.core.events import ModelCall, ToolCalled, parse_event
 from labwarden.transcripts import pricing
 from labwarden.transcripts.chain import GENESIS, link_hash
-from labwarden.transcripts.events import MEASURING_TOOLS, ModelCall, ToolCalled, parse_event
 from labwarden.transcripts.store import Checkpoint, EventRow, TranscriptStore, load_checkpoint
 
 COST_TOLERANCE_USD = 1e-9
@@ -124,7 +124,7 @@ def _check_model_call(store: TranscriptStore, seq: int, ev: ModelCall, report: A
     try:
         c = pricing.cost(ev.model, ev.usage, tbl)
     except pricing.UnknownModel as exc:
-        report.findings.append(Problem(seq=seq, check="cost", message=str(exc)))
+        report.findings.append(Problem(seq=seq, check="cost", message=exc.problem))
         return
     if not math.isclose(c.total_usd, ev.cost_usd, abs_tol=COST_TOLERANCE_USD):
         report.findings.append(Problem(seq=seq, check="cost",
@@ -139,7 +139,8 @@ def _check_model_call(store: TranscriptStore, seq: int, ev: ModelCall, report: A
 
 def conditions_problem(ev: ToolCalled) -> str | None:
     """Why a measuring tool's result cannot be trusted, or None."""
-    if ev.call.tool not in MEASURING_TOOLS or not ev.call.ok:
+    # sessions written before ToolCalled.measured: a measuring call always carried conditions
+    if not (ev.measured or ev.conditions is not None) or not ev.call.ok:
         return None
     c = ev.conditions
     if c is None:

@@ -6,17 +6,22 @@ import tomllib
 from decimal import Decimal
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from labwarden.transcripts.usage import Usage
+from labwarden.core.errors import LabError
+from labwarden.core.events import ModelCall
+from labwarden.core.usage import Usage
 
 MILLION = Decimal(1_000_000)
 KINDS = ("input", "output", "cache_write_5m", "cache_write_1h", "cache_read")
 
 
-class UnknownModel(ValueError):
+class UnknownModel(LabError):
     """No price entry matches the model id."""
+
+    kind = "invalid_input"
 
 
 class Prices(BaseModel):
@@ -48,8 +53,9 @@ class PriceTable(BaseModel):
         """The entry with the longest key that is `model` or a `-`-bounded prefix of it."""
         hits = [k for k in self.models if model == k or model.startswith(k + "-")]
         if not hits:
-            raise UnknownModel(f"no price for model {model!r}; priced: {', '.join(sorted(self.models))} "
-                               f"(add it to labwarden/transcripts/pricing.toml)")
+            raise UnknownModel(f"no price for model {model!r}; priced: {', '.join(sorted(self.models))}",
+                               "pick a priced model (--model), or add it to "
+                               "labwarden/transcripts/pricing.toml")
         key = max(hits, key=len)
         return key, self.models[key]
 
@@ -100,3 +106,10 @@ def cost(model: str, usage: Usage, prices: PriceTable | None = None) -> Cost:
     exact = {k: Decimal(n) * getattr(p, k) / MILLION for k, n in tokens.items()}
     return Cost(model=model, priced_as=key, pricing_version=tbl.version, tokens=tokens,
                 usd={k: float(v) for k, v in exact.items()}, total_usd=float(sum(exact.values())))
+
+
+def model_call(model: str, usage: Usage | dict[str, Any], **kw: Any) -> ModelCall:
+    """A model_call event with its cost computed from the shipped price table."""
+    u = Usage.model_validate(usage) if isinstance(usage, dict) else usage
+    c = cost(model, u)
+    return ModelCall(model=model, usage=u, cost_usd=c.total_usd, pricing_version=c.pricing_version, **kw)

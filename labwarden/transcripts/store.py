@@ -30,8 +30,8 @@ from typing import Any
 import sqlite_utils
 from pydantic import BaseModel, ConfigDict, Field
 
-from labwarden.transcripts.chain import GENESIS, body_json, link_hash
-from labwarden.transcripts.events import (
+from labwarden.core.errors import LabError
+from labwarden.core.events import (
     SCHEMA_VERSION,
     Event,
     EventBase,
@@ -41,17 +41,15 @@ from labwarden.transcripts.events import (
     SessionStarted,
     parse_event,
 )
+from labwarden.transcripts.chain import GENESIS, body_json, link_hash
 from labwarden.transcripts.pricing import tokens_by_kind
 from labwarden.transcripts.provenance import labwarden_provenance
 
 
-class TranscriptError(Exception):
-    """A transcript problem with a remedy."""
+class TranscriptError(LabError):
+    """A transcript problem with a remedy (no such database or session, a newer schema)."""
 
-    def __init__(self, problem: str, remedy: str) -> None:
-        super().__init__(f"{problem} ({remedy})")
-        self.problem = problem
-        self.remedy = remedy
+    kind = "invalid_input"
 
 
 class StoredEvent(BaseModel):

@@ -7,14 +7,7 @@ import json
 
 from pydantic import BaseModel, Field
 
-from labwarden.transcripts.events import (
-    GuardDecision,
-    ModelCall,
-    Note,
-    SessionEnded,
-    SessionStarted,
-    ToolCalled,
-)
+from labwarden.core.events import GuardDecision, ModelCall, Note, SessionEnded, SessionStarted, ToolCalled
 from labwarden.transcripts.pricing import KINDS, tokens_by_kind
 from labwarden.transcripts.store import StoredEvent, TranscriptStore
 

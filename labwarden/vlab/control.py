@@ -18,10 +18,10 @@ from pathlib import Path
 import asyncssh
 from pydantic import BaseModel, Field
 
-from labwarden.errors import LabError
+from labwarden.core.errors import LabError
 from labwarden.lab import uci
-from labwarden.lab.labstate import LabState
-from labwarden.lab.load import LoadError, StasimLoad
+from labwarden.lab.boardstate import LabState
+from labwarden.lab.host.stasim import LoadError, StasimLoad
 from labwarden.vlab import dutstate, firmware, procs, profile_writer, rpc
 from labwarden.vlab.layout import SERVICES, VlabLayout
 

@@ -6,8 +6,8 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
-from labwarden.lab import builder
-from labwarden.lab.builder import BuildError, BuildManifest, git
+from labwarden.lab.host import builder
+from labwarden.lab.host.builder import BuildError, BuildManifest, git
 from labwarden.vlab.layout import VlabLayout
 
 __all__ = ["BuildError", "BuildManifest", "build", "init_repo", "recipe"]

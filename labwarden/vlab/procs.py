@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from labwarden.lab.pidfile import alive, read_pid, stop, wait_gone
+from labwarden.lab.host.pidfile import alive, read_pid, stop, wait_gone
 
 __all__ = ["alive", "processes_under", "read_pid", "stop", "wait_gone"]
 

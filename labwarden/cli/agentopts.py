@@ -11,9 +11,9 @@ from rich.markup import escape
 
 from labwarden.agent.loop import Hooks
 from labwarden.agent.model import DEFAULT_MODEL, ModelOptions, Totals, check_priced
-from labwarden.cli_lab import DEFAULT_LAB, LabOpt, load_profile
-from labwarden.lab.profile import LabProfile
-from labwarden.tools.record import ToolCallRecord
+from labwarden.cli.common import DEFAULT_LAB, LabOpt, load_profile
+from labwarden.core.call import ToolCallRecord
+from labwarden.lab.config import LabProfile
 from labwarden.transcripts.pricing import UnknownModel
 
 ModelOpt = Annotated[str, typer.Option("--model", help="model id (must be in the price table)")]

@@ -11,9 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from labwarden.lab.builder import BuildRecipe
-from labwarden.lab.load import StasimLoad
-from labwarden.lab.target import SshTarget
+from labwarden.core.errors import LabError
+from labwarden.lab.dut.endpoint import SshTarget
+from labwarden.lab.host.builder import BuildRecipe
+from labwarden.lab.host.stasim import StasimLoad
 
 
 class _Strict(BaseModel):
@@ -249,13 +250,15 @@ class LabProfile(_Strict):
         return self.dut.ssh.target()
 
 
-class ProfileError(ValueError):
+class ProfileError(LabError):
+    """A lab profile that cannot be used: every problem names its key."""
+
+    kind = "invalid_input"
+
     def __init__(self, path: str | Path, problems: list[str], remedy: str):
         self.path = str(path)
         self.problems = problems
-        self.remedy = remedy
-        super().__init__(f"invalid lab profile {path}:\n  - " + "\n  - ".join(problems)
-                         + f"\n  remedy: {remedy}")
+        super().__init__(f"invalid lab profile {path}:\n  - " + "\n  - ".join(problems), remedy)
 
 
 def _example(loc: tuple[int | str, ...]) -> str | None:

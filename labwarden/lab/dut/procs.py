@@ -7,7 +7,7 @@ import time
 
 from pydantic import BaseModel
 
-from labwarden.lab.device import Device, DeviceError
+from labwarden.lab.dut.device import Device, DeviceError
 from labwarden.lab.procfs import parse_stat
 
 
@@ -57,4 +57,6 @@ async def wait_new_instance(dev: Device, name: str, old: ProcInstance | None,
         except (DeviceError, OSError) as exc:
             last = exc
         await asyncio.sleep(0.2)
-    raise TimeoutError(f"{name} did not restart within {timeout:g} s" + (f" ({last})" if last else ""))
+    raise DeviceError(f"{name} did not restart within {timeout:g} s" + (f" ({last})" if last else ""),
+                      "is the DUT still booting? check its console and the process manager",
+                      kind="timeout")

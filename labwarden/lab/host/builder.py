@@ -22,6 +22,8 @@ from pathlib import Path
 from elftools.elf.elffile import ELFFile
 from pydantic import BaseModel, Field
 
+from labwarden.core.errors import LabError
+
 # Fixed identity and dates: the same sources and patches give the same commit on every machine.
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "labwarden", "GIT_AUTHOR_EMAIL": "build@labwarden.invalid",
@@ -30,14 +32,14 @@ _GIT_ENV = {
 }
 
 
-class BuildError(RuntimeError):
+class BuildError(LabError):
     """A patch that does not apply or code that does not compile; `lines` are the failing lines."""
+
+    kind = "build"
 
     def __init__(self, stage: str, lines: list[str], remedy: str = "fix the lines above"):
         self.stage = stage
-        self.lines = lines
-        self.remedy = remedy
-        super().__init__(f"{stage} failed:\n" + "\n".join(lines))
+        super().__init__(f"{stage} failed", remedy, lines=lines)
 
 
 class BuildRecipe(BaseModel):

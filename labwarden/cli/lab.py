@@ -10,9 +10,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from labwarden.cli_lab import DEFAULT_LAB, LabOpt, load_profile
-from labwarden.lab.labstate import LabState
-from labwarden.lab.profile import LabProfile
+from labwarden.cli.common import DEFAULT_LAB, LabOpt, load_profile
+from labwarden.lab.boardstate import LabState
+from labwarden.lab.config import LabProfile
 
 lab_app = typer.Typer(help="Lab administration by a person (board health).", no_args_is_help=True)
 out = Console()

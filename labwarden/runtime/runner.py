@@ -12,16 +12,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from labwarden.errors import LabError
-from labwarden.guardrails.decision import GuardDecision, Refused
-from labwarden.guardrails.untrusted import clean, untrusted_fields
-from labwarden.lab.builder import BuildError
-from labwarden.lab.device import DeviceError
-from labwarden.lab.records import RecordNotFound
+from labwarden.core.call import ToolCallRecord, ToolFailure
+from labwarden.core.devtext import clean, untrusted_fields
+from labwarden.core.errors import LabError
+from labwarden.core.events import GuardDecision
+from labwarden.guardrails.refusal import Refused
+from labwarden.lab.dut.device import DeviceError
 from labwarden.tools import registry
 from labwarden.tools.context import LabContext
-from labwarden.tools.errors import ToolError
-from labwarden.tools.record import ToolCallRecord, ToolFailure
 
 
 def _invalid(exc: ValidationError) -> ToolFailure:
@@ -34,15 +32,12 @@ def _invalid(exc: ValidationError) -> ToolFailure:
 
 
 def _decision_event(d: GuardDecision) -> Any:
-    from labwarden.transcripts import events
-
-    return events.GuardDecision(tool=d.tool, decision=d.decision, code=d.code, reason=d.reason,
-                                remedy=d.remedy, changes=d.changes)
+    return d
 
 
 def _call_event(record: ToolCallRecord, conditions: dict[str, Any] | None,
                 allowed: bool = False) -> Any:
-    from labwarden.transcripts import events
+    from labwarden.core import events
 
     # compact JSON of what the client gets (the MCP server sends exactly this text)
     shown = record.output if record.ok else record.error
@@ -113,18 +108,8 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
     try:
         out = await spec.run(ctx, inp)
         result = out.model_dump(mode="json")
-    except ToolError as exc:
-        error = exc.failure
-    except BuildError as exc:
-        error = ToolFailure(kind="build", message=str(exc).splitlines()[0], remedy=exc.remedy,
-                            lines=exc.lines)
-    except RecordNotFound as exc:
-        error = ToolFailure(kind="invalid_input", message=exc.problem, remedy=exc.remedy)
-    except TimeoutError as exc:
-        error = ToolFailure(kind="timeout", message=str(exc) or f"{name} timed out")
-    except LabError as exc:  # the DUT, the load generator, labgrid: each says what to do
-        error = ToolFailure(kind="device" if isinstance(exc, DeviceError) else "tool",
-                            message=exc.problem, remedy=exc.remedy)
+    except LabError as exc:  # every problem/remedy failure: its kind travels with it
+        error = ToolFailure.of(exc)
     except BaseException as exc:
         if isinstance(exc, Exception):  # a bug in the tool: recorded as one, then raised
             error = ToolFailure(kind="internal", message=f"{name} failed: {type(exc).__name__}: {exc}")

@@ -23,9 +23,9 @@ from types import TracebackType
 import asyncssh
 from pydantic import BaseModel, Field
 
-from labwarden.errors import LabError
-from labwarden.lab.shchannel import Capture, ChannelBroken, ShellChannel, both, command_line, read_to_eof
-from labwarden.lab.target import SshTarget
+from labwarden.core.errors import LabError
+from labwarden.lab.dut.channel import Capture, ChannelBroken, ShellChannel, both, command_line, read_to_eof
+from labwarden.lab.dut.endpoint import SshTarget
 
 SIGNALS = ("STOP", "CONT", "TERM", "KILL", "HUP", "INT", "USR1", "USR2")
 """The only signal names `Device.signal` sends."""
@@ -54,6 +54,8 @@ class RunResult(BaseModel):
 
 class DeviceError(LabError):
     """A DUT failure: what went wrong (`problem`) and what to do about it (`remedy`)."""
+
+    kind = "device"
 
 
 class Unreachable(DeviceError):

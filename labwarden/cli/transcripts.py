@@ -14,7 +14,8 @@ from rich.markup import escape
 from rich.table import Column, Table
 from rich.text import Text
 
-from labwarden.transcripts import export, replay, timeline
+from labwarden.cli import replay
+from labwarden.transcripts import export, timeline
 from labwarden.transcripts.audit import audit
 from labwarden.transcripts.store import DEFAULT_DB, TranscriptError, TranscriptStore
 

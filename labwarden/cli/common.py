@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from labwarden.lab.profile import LabProfile, ProfileError
+from labwarden.lab.config import LabProfile, ProfileError
 
 DEFAULT_LAB = Path(os.environ.get("LABWARDEN_LAB", ".vlab/lab.toml"))
 LabOpt = Annotated[Path, typer.Option("--lab", help="lab profile (TOML); default $LABWARDEN_LAB or "

@@ -12,13 +12,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from labwarden import __version__, doctor
-from labwarden.agent.chat import chat
 from labwarden.agent.overnight import loop
-from labwarden.call_cli import call_app
-from labwarden.lab_cli import lab_app
-from labwarden.playbook.cli import run_cmd
-from labwarden.server.cli import serve
-from labwarden.transcripts.cli import transcripts_app
+from labwarden.cli.call import call_app
+from labwarden.cli.chat import chat
+from labwarden.cli.lab import lab_app
+from labwarden.cli.run import run_cmd
+from labwarden.cli.serve import serve
+from labwarden.cli.transcripts import transcripts_app
 from labwarden.vlab import control, curve
 
 app = typer.Typer(help="labwarden: run a performance lab through guarded, audited tools.",
@@ -192,9 +192,9 @@ def demo(dir: DirOpt = DEFAULT_VLAB_DIR / "demo",
     summary and the report path, and bring it down."""
     import asyncio
 
-    from labwarden.lab.profile import LabProfile
+    from labwarden.cli.run import execute, summary
+    from labwarden.lab.config import LabProfile
     from labwarden.playbook import model
-    from labwarden.playbook.cli import execute, summary
 
     book = model.load(playbook, {"window_s": window, "reps": reps})
     try:

@@ -11,14 +11,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from labwarden.cli_lab import DEFAULT_LAB, LabOpt, load_profile
-from labwarden.errors import LabError
-from labwarden.lab.profile import LabProfile
+from labwarden.cli.common import DEFAULT_LAB, LabOpt, load_profile
+from labwarden.core.call import ToolCallRecord
+from labwarden.core.errors import LabError
+from labwarden.core.spec import ToolSpec
+from labwarden.lab.config import LabProfile
+from labwarden.runtime.runner import call_tool
 from labwarden.tools import registry
 from labwarden.tools.context import open_lab
-from labwarden.tools.record import ToolCallRecord
-from labwarden.tools.runner import call_tool
-from labwarden.tools.spec import ToolSpec
 
 call_app = typer.Typer(help="Call one lab tool with JSON arguments (see `labwarden call TOOL --help`).",
                        no_args_is_help=True, rich_markup_mode=None)

@@ -13,13 +13,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from labwarden.cli_lab import DEFAULT_LAB, LabOpt, load_profile
-from labwarden.errors import LabError
-from labwarden.lab.profile import LabProfile
+from labwarden.cli.common import DEFAULT_LAB, LabOpt, load_profile
+from labwarden.core.call import ToolCallRecord
+from labwarden.core.errors import LabError
+from labwarden.lab.config import LabProfile
 from labwarden.playbook import model
 from labwarden.playbook.run import RunRecord, run
 from labwarden.tools.context import open_lab
-from labwarden.tools.record import ToolCallRecord
 
 out = Console()
 

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from labwarden.cli_lab import DEFAULT_LAB, LabOpt, load_profile
+from labwarden.cli.common import DEFAULT_LAB, LabOpt, load_profile
 from labwarden.server import http
 from labwarden.server.app import build_server
 

@@ -11,11 +11,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from labwarden.agent import options
 from labwarden.agent.loop import CONFIG, Agent, Limits, Outcome
 from labwarden.agent.model import Model, ModelOptions, ModelUnavailable
-from labwarden.agent.options import BaseUrlOpt, BudgetOpt, LabOpt, MaxTurnsOpt, ModelOpt
-from labwarden.lab.profile import LabProfile
+from labwarden.cli import agentopts as options
+from labwarden.cli.agentopts import BaseUrlOpt, BudgetOpt, LabOpt, MaxTurnsOpt, ModelOpt
+from labwarden.lab.config import LabProfile
 from labwarden.server.prompts import load, prompt_dir
 from labwarden.tools.context import open_lab
 
@@ -78,7 +78,7 @@ def chat(lab: LabOpt = options.DEFAULT_LAB, model: ModelOpt = options.DEFAULT_MO
              help="the question of the hunt-a-hotspot system prompt")] = None) -> None:
     """Talk to a Claude model that has the lab's tools (ANTHROPIC_API_KEY; every call logged and priced)."""
     profile, opts = options.load(console, lab, model, base_url)
-    from labwarden.lab.device import DeviceError
+    from labwarden.lab.dut.device import DeviceError
 
     try:
         limits = Limits(budget_usd=budget_usd, max_turns=max_turns)

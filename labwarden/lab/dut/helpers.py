@@ -17,8 +17,8 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
-from labwarden.lab.device import Device, DeviceError
-from labwarden.lab.profile import LabProfile
+from labwarden.lab.config import LabProfile
+from labwarden.lab.dut.device import Device, DeviceError
 
 HELPERS = {"lw-pause": "lw_pause.c"}
 """Helper name (its file name on the DUT) -> C source in labwarden/dut/."""
@@ -32,7 +32,7 @@ class HelperBuildError(DeviceError):
 
 def source(name: str) -> bytes:
     try:
-        return (resources.files("labwarden.dut") / HELPERS[name]).read_bytes()
+        return (resources.files("labwarden.lab.dut") / HELPERS[name]).read_bytes()
     except KeyError:
         raise ValueError(f"unknown DUT helper {name!r}; helpers: {', '.join(HELPERS)}") from None
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-ErrorKind = Literal["invalid_input", "refused", "device", "build", "timeout", "cancelled", "tool",
-                    "internal"]
-"""Closed set of failure kinds (inspect_ai's habit): callers branch on this, never on text."""
+from labwarden.core.errors import ErrorKind, LabError
 
 
 class ToolFailure(BaseModel):
@@ -21,6 +19,12 @@ class ToolFailure(BaseModel):
                          "output: cleaned and capped)")
     remedy: str | None = Field(None, description="what to do about it")
     lines: list[str] = Field(default_factory=list, description="failing lines (build, patch)")
+
+    @classmethod
+    def of(cls, exc: LabError) -> ToolFailure:
+        """The failure a LabError describes (any kind, any subclass: one mapping)."""
+        return cls(kind=exc.kind, code=exc.code, message=exc.problem, remedy=exc.remedy or None,
+                   lines=list(exc.lines))
 
 
 class ToolCallRecord(BaseModel):

@@ -11,15 +11,20 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from labwarden.core.errors import LabError
+
 M = TypeVar("M", bound=BaseModel)
 _ID = re.compile(r"[a-z]{2,12}-[0-9a-f]{12}")
 
 
-class RecordNotFound(KeyError):
+class RecordNotFound(LabError):
+    """No record of that kind and id; the remedy names the latest ones."""
+
+    kind = "invalid_input"
+
     def __init__(self, kind: str, rid: str, known: list[str]):
-        self.problem = f"no {kind} record {rid!r}"
-        self.remedy = f"known {kind} ids: {', '.join(known[-8:]) or 'none yet'}"
-        super().__init__(f"{self.problem}; {self.remedy}")
+        super().__init__(f"no {kind} record {rid!r}",
+                         f"known {kind} ids: {', '.join(known[-8:]) or 'none yet'}")
 
 
 class RecordStore:

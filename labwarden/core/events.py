@@ -14,18 +14,31 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from labwarden.tools.record import ToolCallRecord
-from labwarden.transcripts import pricing
-from labwarden.transcripts.usage import Usage
+from labwarden.core.call import ToolCallRecord
+from labwarden.core.usage import Usage
 
 # Version of the stored event bodies. Do NOT reorder, rename or remove fields of any event, nor
 # change a `kind` literal, without bumping it: bodies are hashed as written and read back by
 # these models. Adding a field with a default keeps the version: old bodies read as before and
-# older readers ignore the key. History: 1 (2026-11) first version; ToolCalled.guard added.
+# older readers ignore the key. History: 1 (2026-11) first version; ToolCalled.guard added;
+# ToolCalled.measured added (the spec's `measures`, so audit needs no list of tool names).
 SCHEMA_VERSION = 1
 
-MEASURING_TOOLS = frozenset({"profile", "sweep", "attribute"})
-"""Tools whose results are measurements; audit requires verified, pinned conditions on them."""
+RefusalCode = Literal[
+    "invalid_input",          # the arguments do not match the tool's schema
+    "unsafe_argument",        # control characters, option injection, shell-looking identifiers
+    "unsafe_path",            # outside the allowed roots, symlink escape, prefix look-alike
+    "suspect_not_allowed",    # SIGSTOP of something not on the profile's allowlist
+    "lease_held",             # another session holds the DUT
+    "board_unknown",          # a flash failed or was interrupted: only a health check may run
+    "board_bad",              # a health check failed: a person must clear it
+    "fingerprint_unverified", # measuring or acting on an image nobody verified since the flash
+    "env_unpinned",           # governor/boost not pinned and healing is off
+    "topology_drifted",       # VAPs/channels/process manager drifted and healing is off
+    "budget_exceeded",        # tokens, dollars, wall time, tool calls or flashes per hour
+    "tool_unknown",           # no such tool: nothing covers it, so it is refused
+]
+"""The guard's closed set of refusal codes."""
 
 
 class EventBase(BaseModel):
@@ -86,11 +99,14 @@ class ToolCalled(EventBase):
     """"allow" when the guard let the call run (any heal before it is its own guard_decision
     event, committed before the tool ran); None when unguarded or refused (a refusal is a
     guard_decision event)."""
+    measured: bool = False
+    """The tool's result is a measurement (its spec's `measures`): audit requires verified,
+    pinned conditions on it."""
 
     @classmethod
     def of(cls, call: ToolCallRecord, *, result_json: str | None = None,
            conditions: MeasurementConditions | dict[str, Any] | None = None,
-           guard: Literal["allow"] | None = None) -> ToolCalled:
+           guard: Literal["allow"] | None = None, measured: bool = False) -> ToolCalled:
         """Wrap a record; `result_json` is what the client received (default: result or error)."""
         if result_json is None:
             payload = call.result if call.ok else (call.error.model_dump() if call.error else None)
@@ -99,17 +115,20 @@ class ToolCalled(EventBase):
         if isinstance(conditions, dict):
             conditions = MeasurementConditions.model_validate(conditions)
         return cls(call=call, result_chars=chars, result_tokens_est=math.ceil(chars / 4),
-                   conditions=conditions, guard=guard)
+                   conditions=conditions, guard=guard, measured=measured)
 
 
 class GuardDecision(EventBase):
+    """What the guard decided about one call: the guard returns these and the transcript stores
+    them as they are (one type for both)."""
+
     kind: Literal["guard_decision"] = "guard_decision"
     tool: str
     """The tool the decision is about."""
     decision: Literal["allow", "refuse", "heal"]
     """Allowed as is, refused, or allowed after the guard changed lab state."""
-    code: str | None = None
-    """Refusal/heal code from the guard's closed set."""
+    code: RefusalCode | None = None
+    """Refusal code from the guard's closed set (None for allow and heal)."""
     reason: str = ""
     """Why."""
     remedy: str | None = None
@@ -132,13 +151,6 @@ class ModelCall(EventBase):
     """The API's request id."""
     stop_reason: str | None = None
     """Why the model stopped."""
-
-    @classmethod
-    def priced(cls, model: str, usage: Usage | dict[str, Any], **kw: Any) -> ModelCall:
-        """A model_call with its cost computed from the shipped price table."""
-        u = Usage.model_validate(usage) if isinstance(usage, dict) else usage
-        c = pricing.cost(model, u)
-        return cls(model=model, usage=u, cost_usd=c.total_usd, pricing_version=c.pricing_version, **kw)
 
 
 class Note(EventBase):

@@ -13,12 +13,14 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from labwarden.errors import LabError
-from labwarden.lab import pidfile
+from labwarden.core.errors import LabError
+from labwarden.lab.host import pidfile
 
 
 class LoadError(LabError):
     """The load generator cannot hold the clients asked for."""
+
+    kind = "device"
 
 
 class StasimLoad(BaseModel):

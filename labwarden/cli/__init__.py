@@ -1,0 +1,1 @@
+"""`labwarden ...`: the command line, one module per command group (see app.py)."""
