@@ -18,7 +18,7 @@ from labwarden.core.measurements import ProfileRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
 from labwarden.runtime.runner import call_tool
-from labwarden.tools.context import open_lab
+from labwarden.runtime.session import open_lab
 from labwarden.vlab import control
 
 

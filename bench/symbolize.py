@@ -38,7 +38,7 @@ from labwarden.doctor import which
 from labwarden.lab.config import LabProfile
 from labwarden.lab.host import symfs as sf
 from labwarden.runtime.runner import call_tool
-from labwarden.tools.context import open_lab
+from labwarden.runtime.session import open_lab
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 from tests.test_symbolize import record_profile

@@ -28,7 +28,7 @@ import _noop
 
 from labwarden.lab.config import LabProfile
 from labwarden.runtime.runner import call_tool
-from labwarden.tools.context import open_lab
+from labwarden.runtime.session import open_lab
 from labwarden.vlab import control
 
 

@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from labwarden.cli.app import app
-from labwarden.lab.boardstate import LabState
+from labwarden.lab.boardstate import BoardState
 from labwarden.lab.config import LabProfile
 from labwarden.runtime.runner import call_tool
-from labwarden.tools.context import open_lab
+from labwarden.runtime.session import open_lab
 from labwarden.vlab.layout import VlabLayout
 
 from .tooling import baseline
@@ -79,6 +79,6 @@ async def test_health_lifecycle(lab: VlabLayout) -> None:
     runner = CliRunner()
     res = runner.invoke(app, ["lab", "clear-bad", "--lab", str(lab.lab_toml), "--reason", "reseated"])
     assert res.exit_code == 0 and "unknown" in res.stdout
-    state = LabState.load(lab.data_dir)
+    state = BoardState.load(lab.data_dir)
     assert state.board_health == "unknown" and "reseated" in (state.health_reason or "")
     assert runner.invoke(app, ["lab", "clear-bad", "--lab", str(lab.lab_toml)]).exit_code == 1

@@ -14,11 +14,12 @@ import pytest
 
 from labwarden.guardrails.lease import Lease
 from labwarden.lab import uci
-from labwarden.lab.boardstate import LabState
+from labwarden.lab.boardstate import BoardState
 from labwarden.lab.config import LabProfile
 from labwarden.lab.host import tracefs as uprobes
 from labwarden.runtime.runner import call_tool
-from labwarden.tools.context import LabContext, open_lab
+from labwarden.runtime.session import open_lab
+from labwarden.tools.context import LabContext
 from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import dutstate, procs, rpc
 from labwarden.vlab.layout import VlabLayout
@@ -48,7 +49,7 @@ def dut_snapshot(layout: VlabLayout) -> dict[str, Any]:
             "probes": [ln for ln in probes.splitlines() if "labwarden" in ln],
             "builds": sorted(p.name for p in layout.builds.iterdir()),
             "lease": (layout.run_dir / "labwarden.lease").exists(),
-            "flashed": LabState.load(layout.data_dir).flashed_build}
+            "flashed": BoardState.load(layout.data_dir).flashed_build}
 
 
 def profile_with(layout: VlabLayout, **policy: Any) -> LabProfile:
@@ -166,7 +167,7 @@ def _disable_vap(lab: VlabLayout, vap: str) -> Callable[[], None]:
 
 
 def _board(lab: VlabLayout, health: str) -> Callable[[], None]:
-    state = LabState.load(lab.data_dir)
+    state = BoardState.load(lab.data_dir)
     saved = state.model_copy()
     state.board_health = health  # type: ignore[assignment]
     state.health_reason = "set by the test"
@@ -175,7 +176,7 @@ def _board(lab: VlabLayout, health: str) -> Callable[[], None]:
 
 
 def _unverified(lab: VlabLayout) -> Callable[[], None]:
-    state = LabState.load(lab.data_dir)
+    state = BoardState.load(lab.data_dir)
     saved = state.model_copy()
     state.record_flash(saved.flashed_build or "x")
     state.save(lab.data_dir)

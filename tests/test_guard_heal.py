@@ -6,7 +6,7 @@ import pytest
 
 from labwarden.lab.config import LabProfile
 from labwarden.runtime.runner import call_tool
-from labwarden.tools.context import open_lab
+from labwarden.runtime.session import open_lab
 from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import control, dutstate
 from labwarden.vlab.layout import VlabLayout

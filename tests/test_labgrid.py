@@ -195,7 +195,7 @@ async def test_tools_through_a_labgrid_place(lab: LabgridLab, vlab: VlabLayout,
 
     from labwarden.lab.config import LabProfile
     from labwarden.runtime.runner import call_tool
-    from labwarden.tools.context import open_lab
+    from labwarden.runtime.session import open_lab
 
     cfg = _remote_env(tmp_path, lab, vlab)
     data = tomllib.loads(vlab.lab_toml.read_text())

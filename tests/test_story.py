@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from labwarden.core.measurements import ProfileRecord
+from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
 from labwarden.runtime.runner import call_tool
-from labwarden.tools.context import LabContext, open_lab
-from labwarden.tools.sweep import SweepRecord
+from labwarden.runtime.session import open_lab
+from labwarden.tools.context import LabContext
 from labwarden.vlab.layout import VlabLayout
 
 pytestmark = pytest.mark.anyio

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from labwarden.core.conditions import Conditions
 from labwarden.core.measurements import ProfileRecord, Window
 from labwarden.core.records import RecordStore
 from labwarden.doctor import which
-from labwarden.lab.conditions import Conditions
 from labwarden.lab.config import LabProfile
 from labwarden.lab.host import folded as fl
 from labwarden.lab.host import symfs as sf
+from labwarden.runtime.session import open_lab
 from labwarden.tools import profile as profile_tool
-from labwarden.tools.context import open_lab
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 

@@ -7,7 +7,7 @@ from typing import Any
 from labwarden.core.call import ToolCallRecord
 from labwarden.lab.config import LabProfile
 from labwarden.runtime.runner import call_tool
-from labwarden.tools.context import open_lab
+from labwarden.runtime.session import open_lab
 from labwarden.vlab.layout import VlabLayout
 
 

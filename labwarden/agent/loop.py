@@ -23,7 +23,7 @@ from labwarden.agent.model import Model, ModelUnavailable
 from labwarden.core.call import ToolCallRecord
 from labwarden.core.events import Note
 from labwarden.runtime.runner import call_tool
-from labwarden.tools.context import LabContext
+from labwarden.runtime.session import LabSession
 from labwarden.transcripts.store import TranscriptError, TranscriptStore
 
 STATE = "agent-state"
@@ -115,7 +115,7 @@ def tool_result(use_id: str, record: ToolCallRecord) -> dict[str, Any]:
 class Agent:
     """A conversation with the lab's tools; `messages` is the whole history (API params)."""
 
-    def __init__(self, ctx: LabContext, model: Model, system: str, *, hooks: Hooks | None = None,
+    def __init__(self, ctx: LabSession, model: Model, system: str, *, hooks: Hooks | None = None,
                  messages: list[Message] | None = None) -> None:
         self.ctx = ctx
         self.model = model
@@ -148,7 +148,7 @@ class Agent:
         if limits.budget_usd is not None and spent >= limits.budget_usd:
             return Outcome("budget", f"dollars: ${spent:.4f} of ${limits.budget_usd:.4f} spent")
         guard = self.ctx.guard
-        over = guard.budget.exceeded("model") if guard is not None else None
+        over = guard.budget.exceeded() if guard is not None else None
         if over:
             return Outcome("budget", f"the lab profile's budget: {over}")
         return None
@@ -270,7 +270,7 @@ def resumed_messages(saved: Saved) -> list[Message]:
     return messages
 
 
-async def take_over_lease(ctx: LabContext, chain: list[str]) -> str | None:
+async def take_over_lease(ctx: LabSession, chain: list[str]) -> str | None:
     """If a session we resume (dead: we are resuming it) still holds the DUT lease, hold it as ours
     by taking its holder name. Returns the holder taken over, if any."""
     guard = ctx.guard

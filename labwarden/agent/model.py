@@ -19,8 +19,8 @@ import anthropic
 import httpx2
 
 from labwarden.core.errors import LabError
+from labwarden.runtime.session import LabSession
 from labwarden.tools import registry
-from labwarden.tools.context import LabContext
 from labwarden.transcripts import pricing
 
 DEFAULT_MODEL = "claude-sonnet-4-6"  # sonnet-4-5 reaches end of life on 2026-11-30 (SDK)
@@ -144,7 +144,7 @@ class Model:
         if self.client is not None:
             await self.client.close()
 
-    async def turn(self, ctx: LabContext, system: str, messages: list[dict[str, Any]],
+    async def turn(self, ctx: LabSession, system: str, messages: list[dict[str, Any]],
                    on_text: TextSink | None = None, on_retry: RetrySink | None = None) -> Any:
         """One streamed model call; returns the SDK's final Message."""
         assert self.client is not None
@@ -182,7 +182,7 @@ class Model:
         self._record(ctx, message, request_id)
         return message
 
-    def _record(self, ctx: LabContext, message: Any, request_id: str | None,
+    def _record(self, ctx: LabSession, message: Any, request_id: str | None,
                 stop_reason: str | None = None) -> None:
         usage = message.usage.model_dump()
         event = pricing.model_call(self.options.model, usage, request_id=request_id,

@@ -17,8 +17,8 @@ from labwarden.core.errors import LabError
 from labwarden.core.spec import ToolSpec
 from labwarden.lab.config import LabProfile
 from labwarden.runtime.runner import call_tool
+from labwarden.runtime.session import open_lab
 from labwarden.tools import registry
-from labwarden.tools.context import open_lab
 
 call_app = typer.Typer(help="Call one lab tool with JSON arguments (see `labwarden call TOOL --help`).",
                        no_args_is_help=True, rich_markup_mode=None)

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from labwarden.cli.common import DEFAULT_LAB, LabOpt, load_profile
-from labwarden.lab.boardstate import LabState
+from labwarden.lab.boardstate import BoardState
 from labwarden.lab.config import LabProfile
 
 lab_app = typer.Typer(help="Lab administration by a person (board health).", no_args_is_help=True)
@@ -25,7 +25,7 @@ def _profile(lab: Path) -> LabProfile:
 @lab_app.command("health")
 def health(lab: LabOpt = DEFAULT_LAB) -> None:
     """Show the board's health (good / unknown / bad), why, and what was flashed and verified."""
-    state = LabState.load(_profile(lab).data_dir())
+    state = BoardState.load(_profile(lab).data_dir())
     out.print(f"board: {state.board_health}" + (f" ({escape(state.health_reason)})"
                                                  if state.health_reason else ""))
     out.print(f"flashed: {state.flashed_build}  verified: {state.verified_build}")
@@ -37,7 +37,7 @@ def clear_bad(lab: LabOpt = DEFAULT_LAB,
     """Clear a `bad` board after a person has inspected it. The board becomes `unknown`: a
     health check (flash a known image, then fingerprint_verify) still has to prove it."""
     data_dir = _profile(lab).data_dir()
-    state = LabState.load(data_dir)
+    state = BoardState.load(data_dir)
     if state.board_health != "bad":
         out.print(f"board is {state.board_health}, not bad: nothing to clear")
         raise typer.Exit(1)

@@ -19,7 +19,7 @@ from labwarden.core.errors import LabError
 from labwarden.lab.config import LabProfile
 from labwarden.playbook import model
 from labwarden.playbook.run import RunRecord, run
-from labwarden.tools.context import open_lab
+from labwarden.runtime.session import open_lab
 
 out = Console()
 

@@ -1,7 +1,8 @@
-"""Measurement records: a window (one rep) and a profile (reps of windows at one density).
+"""Measurement records: a window (one rep), a profile (reps of windows at one density) and a
+sweep (one profile per density).
 
-Stored by lab/records.py under kind "prof"; raw data (perf.data, kallsyms) are artifacts in
-`artifacts/<profile id>/`. A sweep (kind "swp") is a list of profiles, one per density.
+Stored by core/records.py under kinds "prof" and "swp"; raw data (perf.data, kallsyms) are
+artifacts in `artifacts/<profile id>/`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from labwarden.lab.conditions import Conditions
+from labwarden.core.conditions import Conditions
 
 
 class Window(BaseModel):
@@ -45,3 +46,28 @@ class ProfileRecord(BaseModel):
 
     def cpu_values(self) -> list[float]:
         return [w.cpu_pct for w in self.windows]
+
+
+class SweepPoint(BaseModel):
+    stations: int
+    profile_id: str
+    cpu_mean: float
+    cpu_stdev: float
+    cpu_per_rep: list[float]
+    idle_cpu_mean: float | None = Field(description="no-traffic CPU at the same client count")
+    counters: dict[str, float]
+    rss_kb: int
+    per_radio: list[int]
+    clients_held: bool = Field(description="datamodel count equal to the clients in every window")
+
+
+class SweepRecord(BaseModel):
+    id: str
+    label: str | None = None
+    started_at: datetime
+    window_s: float
+    reps: int
+    build_id: str | None
+    points: list[SweepPoint]
+    cleanup_count: int = Field(description="datamodel count after disassociating everyone")
+    idle_note: str | None = None

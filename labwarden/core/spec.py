@@ -1,7 +1,7 @@
-"""What a tool declares about itself: schema, requirements and effect, as data.
-
-The guard enforces `requires`; the MCP server derives annotations from `effect`; the CLI and
-docs are generated from the models. Tool bodies never repeat these checks.
+"""What a tool declares about itself, as data: its schema, what the guard must ensure before it
+runs, what it changes, and the facts other parts act on (labgrid's `bindings`, inspect_ai's
+`@tool(...)` arguments). The guard, the budgets, the transcript, the audit and the three doors
+read these fields; no module branches on a tool's name.
 """
 
 from __future__ import annotations
@@ -18,6 +18,13 @@ Effect = Literal["read_only", "mutates_dut", "destructive", "host_only"]
 """read_only: reads the DUT; mutates_dut: changes DUT state reversibly (stations, signals);
 destructive: replaces what runs (flash); host_only: builds or reads files on the host."""
 
+HealthRole = Literal["none", "observe", "restore", "prove"]
+"""What a tool is to the board-health state machine (good -> unknown -> bad):
+none: refused unless the board is good; observe: runs whatever the health (lab_status);
+restore: the first half of a health check -- runs on an unknown board only with a known image,
+and turns it bad if it fails (flash); prove: the second half -- runs on an unknown board, turns
+it good when `proof_field` of its result is true and bad otherwise (fingerprint_verify)."""
+
 
 @dataclass(frozen=True)
 class ToolSpec:
@@ -32,6 +39,21 @@ class ToolSpec:
     budget_class: Literal["cheap", "measure", "flash", "build"] = "cheap"
     free_text: frozenset[str] = field(default_factory=frozenset)
     """Arguments that are prose or code (a diff, a query), exempt from the identifier check."""
+    path_args: frozenset[str] = field(default_factory=frozenset)
+    """Arguments whose items may be file paths (contained by the guard in the allowed roots)."""
+    suspect_arg: str | None = None
+    """The argument naming a DUT process to pause: the guard applies the suspect policy to it."""
+    measures: bool = False
+    """Its result is a measurement: the guard snapshots the conditions, the transcript marks the
+    call `measured`, and audit requires verified, pinned conditions on it."""
+    health: HealthRole = "none"
+    proof_field: str | None = None
+    """For health = "prove": the boolean result field that proves the board healthy."""
+    image_arg: str | None = None
+    """For health = "restore": the argument naming the image (must be a known one on an unknown
+    board)."""
+    counts_as_flash: bool = False
+    """Counted against `flashes_per_hour` when it succeeds."""
 
     def schema(self) -> dict[str, Any]:
         return {"input": self.input.model_json_schema(), "output": self.output.model_json_schema()}

@@ -5,25 +5,25 @@ option smuggled into argv), shell metacharacters -- so a surprising value stops 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Any
 
 _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,127}")
-PATH_FIELDS = {"patches"}
-"""Fields whose items may be paths (checked by guardrails.paths instead)."""
 
 
-def problems(args: Any, path: str = "") -> list[str]:
-    """Every string in `args` (recursively) that is not a safe identifier, named by its field."""
+def problems(args: Any, path: str = "", path_fields: Collection[str] = ()) -> list[str]:
+    """Every string in `args` (recursively) that is not a safe identifier, named by its field.
+    Items of `path_fields` (the spec's `path_args`) may hold '/': guardrails.paths contains them."""
     out: list[str] = []
     if isinstance(args, dict):
         for k, v in args.items():
             if not isinstance(k, str) or not _IDENT.fullmatch(k):
                 out.append(f"{path}{k!r}: field names are identifiers")
                 continue
-            out += problems(v, f"{path}{k}.")
+            out += problems(v, f"{path}{k}.", path_fields)
     elif isinstance(args, list):
         for i, v in enumerate(args):
-            out += problems(v, f"{path}{i}.")
+            out += problems(v, f"{path}{i}.", path_fields)
     elif isinstance(args, str):
         field = path.rstrip(".")
         top = field.split(".")[0]
@@ -31,7 +31,7 @@ def problems(args: Any, path: str = "") -> list[str]:
             out.append(f"{field}: control characters are not allowed")
         elif args.startswith("-"):
             out.append(f"{field}: a leading '-' could be read as an option")
-        elif top in PATH_FIELDS and "/" in args:
+        elif top in path_fields and "/" in args:
             pass  # a path: contained by guardrails.paths
         elif not _IDENT.fullmatch(args):
             out.append(f"{field}: {args[:40]!r} is not an identifier (letters, digits, _ . : @ + -)")

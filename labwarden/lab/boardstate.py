@@ -1,5 +1,6 @@
 """What labwarden knows about the board between calls: health, what was flashed, what was
-verified. One JSON file in the lab's data dir, replaced atomically on every change."""
+verified. One JSON file in the lab's data dir (`labstate.json`), replaced atomically on every
+change; `BoardStateFile` reads it once per change (the guard looks at it on every call)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 BoardHealth = Literal["good", "unknown", "bad"]
+FILE = "labstate.json"
 
 
-class LabState(BaseModel):
+class BoardState(BaseModel):
     version: int = 1
     board_health: BoardHealth = "good"
     health_reason: str | None = None
@@ -23,17 +25,17 @@ class LabState(BaseModel):
     verified_at: datetime | None = None
 
     @classmethod
-    def load(cls, data_dir: Path) -> LabState:
-        path = data_dir / "labstate.json"
+    def load(cls, data_dir: Path) -> BoardState:
+        path = data_dir / FILE
         if not path.exists():
             return cls()
         return cls.model_validate_json(path.read_text())
 
     def save(self, data_dir: Path) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
-        tmp = data_dir / f"labstate.json.{os.getpid()}"
+        tmp = data_dir / f"{FILE}.{os.getpid()}"
         tmp.write_text(self.model_dump_json(indent=2))
-        tmp.replace(data_dir / "labstate.json")
+        tmp.replace(data_dir / FILE)
 
     def record_flash(self, build_id: str) -> None:
         self.flashed_build = build_id
@@ -43,3 +45,30 @@ class LabState(BaseModel):
 
     def fingerprint_ok(self) -> bool:
         return self.flashed_build is not None and self.verified_build == self.flashed_build
+
+
+class BoardStateFile:
+    """The board state of one data dir, re-read only when the file changed."""
+
+    def __init__(self, data_dir: Path):
+        self.data_dir = data_dir
+        self._path = str(data_dir / FILE)  # stat()ed on every call
+        self._cache: tuple[tuple[int, int, int], BoardState] | None = None
+
+    def peek(self) -> BoardState:
+        """The state as stored, shared: read it, never change it (`copy()` for that)."""
+        try:
+            st = os.stat(self._path)
+            stamp = (st.st_mtime_ns, st.st_ino, st.st_size)  # save() renames a new file in
+        except FileNotFoundError:
+            return BoardState()
+        if self._cache is None or self._cache[0] != stamp:
+            self._cache = (stamp, BoardState.load(self.data_dir))
+        return self._cache[1]
+
+    def copy(self) -> BoardState:
+        """The state as a copy to change and `save()`."""
+        return self.peek().model_copy(deep=True)
+
+    def save(self, state: BoardState) -> None:
+        state.save(self.data_dir)

@@ -7,9 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from labwarden.core.measurements import ProfileRecord
+from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
-from labwarden.tools.sweep import SweepRecord
 from labwarden.transcripts.store import TranscriptStore
 
 

@@ -1,7 +1,8 @@
 """Call a registered tool by name with JSON-like args: validate, guard, run, time, record, log.
 
-This is the single path for every door (Python, CLI, MCP, playbooks): the guard and the
-transcript attach here, so nobody has to remember to check or log.
+This is the single path for every door (Python, CLI, MCP, playbooks, the agent): the guard and
+the transcript attach here, so nobody has to remember to check or log. What happens to a call
+follows from its spec alone (core/spec.py).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from pydantic import ValidationError
 from labwarden.core.call import ToolCallRecord, ToolFailure
 from labwarden.core.devtext import clean, untrusted_fields
 from labwarden.core.errors import LabError
-from labwarden.core.events import GuardDecision
+from labwarden.core.events import GuardDecision, ToolCalled
+from labwarden.core.spec import ToolSpec
 from labwarden.guardrails.refusal import Refused
-from labwarden.lab.dut.device import DeviceError
+from labwarden.runtime.session import LabSession
 from labwarden.tools import registry
 from labwarden.tools.context import LabContext
 
@@ -31,19 +33,13 @@ def _invalid(exc: ValidationError) -> ToolFailure:
                        remedy="see the tool's input schema (`labwarden call TOOL --help`)")
 
 
-def _decision_event(d: GuardDecision) -> Any:
-    return d
-
-
-def _call_event(record: ToolCallRecord, conditions: dict[str, Any] | None,
-                allowed: bool = False) -> Any:
-    from labwarden.core import events
-
+def _call_event(record: ToolCallRecord, conditions: dict[str, Any] | None, *,
+                allowed: bool = False, measured: bool = False) -> ToolCalled:
     # compact JSON of what the client gets (the MCP server sends exactly this text)
     shown = record.output if record.ok else record.error
     record.result_json = shown.model_dump_json() if shown is not None else "null"
-    return events.ToolCalled.of(record, result_json=record.result_json, conditions=conditions,
-                                guard="allow" if allowed else None)
+    return ToolCalled.of(record, result_json=record.result_json, conditions=conditions,
+                         guard="allow" if allowed else None, measured=measured and record.ok)
 
 
 CHANGES_DUT = frozenset({"mutates_dut", "destructive"})
@@ -55,21 +51,27 @@ commit puts them on disk too (transcripts/store.py)."""
 def _refused(ctx: LabContext, record: ToolCallRecord, d: GuardDecision) -> ToolCallRecord:
     record.error = ToolFailure(kind="refused" if d.code != "invalid_input" else "invalid_input",
                                code=d.code, message=d.reason, remedy=d.remedy)
-    ctx.log(_decision_event(d), _call_event(record, None), durable=False)  # nothing ran
+    ctx.log(d, _call_event(record, None), durable=False)  # nothing ran
     return record
 
 
+def _guard(ctx: LabContext) -> Any:
+    return ctx.guard if isinstance(ctx, LabSession) else None
+
+
 async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCallRecord:
+    """Run one call through the door every caller shares; never raises for a failed call (the
+    record says what failed), only for a cancellation."""
     started = datetime.now(UTC)
 
     def unrun(call_args: dict[str, Any]) -> ToolCallRecord:  # a call that stops before the tool
         return ToolCallRecord(tool=name, args=call_args, started_at=started)
 
-    try:
-        spec = registry.get(name)
-    except KeyError as exc:
+    spec: ToolSpec | None = registry.TOOLS.get(name)
+    if spec is None:
         return _refused(ctx, unrun(args), GuardDecision(
-            tool=name, decision="refuse", code="tool_unknown", reason=str(exc.args[0]),
+            tool=name, decision="refuse", code="tool_unknown",
+            reason=f"unknown tool {name!r}; tools: {', '.join(sorted(registry.TOOLS))}",
             remedy="call one of the listed tools"))
     try:
         inp = spec.input.model_validate(args)
@@ -82,22 +84,24 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
     conditions = None
     state = ctx.peek_state()  # one read per call, shared with the guard
     health_before = state.board_health
-    if ctx.guard is not None:
+    guard = _guard(ctx)
+    if guard is not None:
         try:
-            decisions = await ctx.guard.check(spec, call_args, state)
+            decisions = await guard.check(spec, call_args, state)
         except Refused as exc:
             return _refused(ctx, unrun(call_args), exc.decision)
-        except DeviceError as exc:  # the guard could not read or lease the DUT: nothing ran
+        except LabError as exc:  # the guard could not read or lease the DUT: nothing ran
             record = unrun(call_args)
-            record.error = ToolFailure(kind="device", message=clean(exc.problem), remedy=exc.remedy)
+            record.error = ToolFailure.of(exc)
+            record.error.message = clean(record.error.message)
             ctx.log(_call_event(record, None), durable=False)
             return record
         # A heal changed the DUT: committed (durably) now, before the tool runs. The allow
         # that follows is recorded on the call's own event (ToolCalled.guard): one row, one
         # commit per call.
         if decisions:
-            ctx.log(*(_decision_event(d) for d in decisions))
-        conditions = ctx.guard.last_conditions
+            ctx.log(*decisions)
+        conditions = guard.last_conditions
     t0 = time.monotonic()
     mark = len(ctx.messages)
     # the outcome is gathered in locals and the record built once at the end: each assignment
@@ -127,11 +131,11 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
                                 progress=ctx.messages[mark:],
                                 untrusted=untrusted_fields(spec.output) if ok else [],
                                 output=out if ok else None)
-        after = (ctx.guard.after(spec, call_args, ok, record.result, health_before)
-                 if ctx.guard is not None else None)
-        events = [_call_event(record, conditions, allowed=ctx.guard is not None)]
+        after = guard.after(spec, ok, record.result, health_before) if guard is not None else None
+        events: list[Any] = [_call_event(record, conditions, allowed=guard is not None,
+                                         measured=spec.measures)]
         if after is not None:  # the board turned bad: recorded after the call that did it
-            events.append(_decision_event(after))
+            events.append(after)
         # a call that changed the DUT, or turned the board bad, must survive a power cut too
         ctx.log(*events, durable=spec.effect in CHANGES_DUT or after is not None)
     return record

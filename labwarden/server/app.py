@@ -15,8 +15,9 @@ from mcp.server.mcpserver import MCPServer
 
 from labwarden import __version__
 from labwarden.lab.config import LabProfile
+from labwarden.runtime.session import open_lab
 from labwarden.server import prompts, resources, tools
-from labwarden.tools.context import LabContext, open_lab
+from labwarden.tools.context import LabContext
 
 INSTRUCTIONS = """labwarden runs a performance lab: build a patched firmware, flash it, verify by \
 fingerprint what runs, load the device with clients, measure, attribute, profile, symbolize and \

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolSpec, describe
-from labwarden.lab import knobs
+from labwarden.lab.dut import datamodel
 from labwarden.lab.host.stasim import LoadError
 from labwarden.tools.context import LabContext
 
@@ -53,7 +53,7 @@ async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
     deadline = time.monotonic() + inp.timeout_s
     counts: dict[str, int] = {}
     while True:
-        counts = await knobs.datamodel_count(ctx.device, prof)
+        counts = await datamodel.count(ctx.device, prof)
         if counts.get("total") == n:
             break
         if time.monotonic() > deadline:

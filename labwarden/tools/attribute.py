@@ -33,8 +33,6 @@ MAX_WINDOW_S = 60.0
 MARGIN_S = 1.0
 """The helper's deadline is the window plus this: the tool releases first; the deadline is the
 fallback if the release never reaches the DUT."""
-PROTECTED = frozenset({"init", "procd", "systemd", "sshd", "dropbear", "ubusd", "netifd"})
-"""Never paused, even if a profile lists them: pausing them cuts off or wedges the DUT."""
 _ANCESTORS = ('p=$$; while [ "$p" -gt 1 ] 2>/dev/null; do echo "$p"; '
               'read -r st < "/proc/$p/stat" || break; st=${st##*\\)}; set -- $st; p=$2; done')
 """Constant script: our DUT shell's parent chain (the DUT's sshd is in it)."""
@@ -89,17 +87,9 @@ async def _stat_state(dev: Device, pid: int) -> tuple[str, int] | None:
 
 
 async def _check_suspect(ctx: LabContext, name: str) -> ProcInstance:
+    """What `name` resolves to on the DUT right now must be safe to pause. Which names may be
+    paused at all is the suspect policy (guardrails/suspects.py), applied by the guard."""
     prof, dev = ctx.profile, ctx.device
-    if name == prof.target.process:
-        raise ToolError("refused", f"{name} is the target process itself: pausing it measures nothing",
-                        f"name a suspect that loads {name}, e.g. one of {prof.target.suspects}")
-    if name in PROTECTED:
-        raise ToolError("refused", f"{name} is a system process (init, SSH server, bus) and is never "
-                        "paused", "pick a suspect from [target] suspects")
-    if name not in prof.target.suspects:
-        raise ToolError("refused", f"{name} is not in the profile's allowlist [target] suspects = "
-                        f"{prof.target.suspects}", "add it to [target] suspects in the lab profile "
-                        "if pausing it is safe")
     inst = await dutproc.instance(dev, name, prof.target.pidfile(name))
     if inst is None:
         raise ToolError("device", f"suspect {name} is not running on the DUT", "lab_status; "
@@ -260,4 +250,4 @@ async def run(ctx: LabContext, inp: AttributeInput) -> AttributeOutput:
 SPEC = ToolSpec(name="attribute", description=describe(__doc__),
                 input=AttributeInput, output=AttributeOutput, run=run, effect="mutates_dut",
                 requires=frozenset({"lease", "board_healthy", "fingerprint_verified", "env_pinned"}),
-                budget_class="measure")
+                budget_class="measure", measures=True, suspect_arg="suspect")

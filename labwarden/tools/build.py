@@ -66,4 +66,4 @@ def load_manifest(ctx: LabContext, build_id: str) -> builder.BuildManifest:
 
 SPEC = ToolSpec(name="build", description=describe(__doc__),
                 input=BuildInput, output=BuildOutput, run=run, effect="host_only",
-                idempotent=True, budget_class="build")
+                idempotent=True, budget_class="build", path_args=frozenset({"patches"}))

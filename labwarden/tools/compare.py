@@ -15,11 +15,10 @@ from pydantic import BaseModel, Field
 from scipy import stats
 
 from labwarden.core.errors import ToolError
-from labwarden.core.measurements import ProfileRecord
+from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolSpec, describe
 from labwarden.tools.context import LabContext
-from labwarden.tools.sweep import SweepRecord
 
 Verdict = Literal["improved", "regressed", "no change", "inconclusive"]
 

@@ -35,18 +35,16 @@ class EnvPinOutput(BaseModel):
 async def run(ctx: LabContext, inp: EnvPinInput) -> EnvPinOutput:
     prof, dev = ctx.profile, ctx.device
     changes: list[str] = []
-    for name, apply in (("governor", knobs.pin_governor), ("boost", knobs.pin_boost),
-                        ("procmgr", knobs.pin_procmgr), ("topology", knobs.pin_topology)):
-        await ctx.report(len(changes), None, f"pinning {name}")
-        changes += await apply(dev, prof)
+    pinned = knobs.pinned(dev, prof)
+    for knob in pinned:
+        await ctx.report(len(changes), None, f"pinning {knob.name}")
+        if await knob.available() is None:  # a knob the DUT lacks is not applicable: left alone
+            changes += await knob.pin()
     if inp.trace_zone_max is not None:
-        changes += await knobs.set_trace_max(dev, prof, inp.trace_zone_max)
+        changes += await knobs.TraceLevel(dev, prof, inp.trace_zone_max).pin()
     if inp.monitor_rpc is not None:
-        changes += await knobs.set_monitor_rpc(dev, prof, inp.monitor_rpc)
-    topo = knobs.judge_topology(await knobs.topology(dev, prof), prof)
-    states = [await knobs.governor(dev, prof), await knobs.boost(dev, prof), topo,
-              await knobs.procmgr(dev, prof)]
-    return EnvPinOutput(changes=changes, knobs=states)
+        changes += await knobs.MonitorRpc(dev, prof, inp.monitor_rpc).pin()
+    return EnvPinOutput(changes=changes, knobs=[await k.state() for k in pinned])
 
 
 SPEC = ToolSpec(name="env_pin", description=describe(__doc__), input=EnvPinInput,

@@ -114,4 +114,4 @@ async def run(ctx: LabContext, inp: FingerprintInput) -> FingerprintOutput:
 SPEC = ToolSpec(name="fingerprint_verify",
                 description=describe(__doc__),
                 input=FingerprintInput, output=FingerprintOutput, run=run, effect="read_only",
-                idempotent=True)
+                idempotent=True, health="prove", proof_field="verified")

@@ -82,4 +82,5 @@ async def run(ctx: LabContext, inp: FlashInput) -> FlashOutput:
 
 SPEC = ToolSpec(name="flash", description=describe(__doc__),
                 input=FlashInput, output=FlashOutput, run=run, effect="destructive",
-                requires=frozenset({"lease", "board_healthy"}), budget_class="flash")
+                requires=frozenset({"lease", "board_healthy"}), budget_class="flash",
+                health="restore", image_arg="build_id", counts_as_flash=True)

@@ -14,11 +14,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.measurements import ProfileRecord
+from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolSpec, describe
 from labwarden.tools.context import LabContext
-from labwarden.tools.sweep import SweepRecord
 
 GateName = Literal["cpu_monotonic", "unknown_frames", "assoc_matches_datamodel",
                    "conditions_verified", "rss_bounded", "functional_parity"]

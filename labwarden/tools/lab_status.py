@@ -15,6 +15,7 @@ from labwarden.core.devtext import DeviceText
 from labwarden.core.spec import ToolSpec, describe
 from labwarden.lab import knobs
 from labwarden.lab.boardstate import BoardHealth
+from labwarden.lab.dut import datamodel
 from labwarden.lab.dut import procs as dutproc
 from labwarden.tools.context import LabContext
 
@@ -49,12 +50,12 @@ async def run(ctx: LabContext, inp: LabStatusInput) -> LabStatusOutput:
     version = None
     if proc is not None:
         version = (await dev.run([f"/proc/{proc.pid}/exe", "--version"], timeout=10)).stdout.strip()
-    topo = await knobs.topology(dev, prof)
-    states = [await knobs.governor(dev, prof), await knobs.boost(dev, prof),
-              knobs.judge_topology(topo, prof), await knobs.procmgr(dev, prof)]
+    states = [await k.state() for k in knobs.pinned(dev, prof)]
+    radio = knobs.RadioTopology(dev, prof)
+    topo = await radio.topology() if await radio.available() is None else None
     associated = None
     if proc is not None:
-        associated = await knobs.datamodel_count(dev, prof)
+        associated = await datamodel.count(dev, prof)
     problems = [f"{k.name}: {k.value} -- {k.advice}" for k in states if not k.ok]
     if proc is None:
         problems.insert(0, f"{prof.target.process} is not running")
@@ -72,4 +73,4 @@ async def run(ctx: LabContext, inp: LabStatusInput) -> LabStatusOutput:
 
 SPEC = ToolSpec(name="lab_status", description=describe(__doc__),
                 input=LabStatusInput, output=LabStatusOutput, run=run, effect="read_only",
-                idempotent=True)
+                idempotent=True, health="observe")

@@ -21,10 +21,9 @@ from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord, Window
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolSpec, describe
-from labwarden.lab import knobs
 from labwarden.lab.conditions import snapshot
+from labwarden.lab.dut import datamodel, sampler
 from labwarden.lab.dut import procs as dutproc
-from labwarden.lab.dut import sampler
 from labwarden.lab.dut import uprobes as dutprobes
 from labwarden.lab.dut.device import RunResult
 from labwarden.lab.host import tracefs as uprobes
@@ -188,7 +187,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
     ~0.2 s to every window; instead it closes while the next window runs (its counts cover its
     own window_s, started with this window: bench/loop_overhead.py)."""
     prof, dev = ctx.profile, ctx.device
-    start_count = (await knobs.datamodel_count(dev, prof)).get("total", -1)
+    start_count = (await datamodel.count(dev, prof)).get("total", -1)
     perf_opts = " ".join(PERF_RECORD) if perf else None
     cond = await snapshot(dev, prof, ctx.state, start_count, perf=perf_opts)
     secs = f"{inp.window_s:g}"
@@ -227,7 +226,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
             perf_path, perf_bytes = str(local), local.stat().st_size
         finally:  # shielded, as above: also when cancelled during the download
             await asyncio.shield(dev.run(["rm", "-f", remote]))
-    end_count = (await knobs.datamodel_count(dev, prof)).get("total", -1)
+    end_count = (await datamodel.count(dev, prof)).get("total", -1)
     clk = cond.clk_tck or 100
     return Window(rep=rep, started_at=started, duration_s=round(duration, 3),
                   cpu_pct=round(sampled.cpu_mean(clk), 3) if not sampled.restarted() else 0.0,
@@ -272,4 +271,4 @@ SPEC = ToolSpec(name="profile", description=describe(__doc__), input=ProfileInpu
                 output=ProfileOutput, run=run, effect="mutates_dut",
                 requires=frozenset({"lease", "board_healthy", "fingerprint_verified", "env_pinned",
                                     "topology_asserted"}),
-                budget_class="measure")
+                budget_class="measure", measures=True)

@@ -1,4 +1,6 @@
-"""Every tool, by name. The three doors (Python, CLI, MCP) are generated from this list."""
+"""Every tool, by name. The three doors (Python, CLI, MCP) and the guard read this mapping when
+a call arrives, so a tool is one new module plus one line in `_SPECS`; `register` adds one at
+run time (a plugin, a test's throwaway tool)."""
 
 from __future__ import annotations
 
@@ -43,3 +45,14 @@ def get(name: str) -> ToolSpec:
         return TOOLS[name]
     except KeyError:
         raise KeyError(f"unknown tool {name!r}; tools: {', '.join(sorted(TOOLS))}") from None
+
+
+def register(spec: ToolSpec) -> None:
+    """Add a tool; every door sees it from the next call on. A name may be registered once."""
+    if spec.name in TOOLS:
+        raise ValueError(f"a tool named {spec.name!r} is already registered")
+    TOOLS[spec.name] = spec
+
+
+def unregister(name: str) -> None:
+    TOOLS.pop(name, None)

@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field, field_validator
 
+from labwarden.core.measurements import SweepPoint, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolSpec, describe
-from labwarden.lab import knobs
+from labwarden.lab.dut import datamodel
 from labwarden.tools import associate, profile
 from labwarden.tools.context import LabContext
 
@@ -40,31 +41,6 @@ class SweepInput(BaseModel):
         if any(d < 0 for d in v) or v != sorted(set(v)):
             raise ValueError("densities must be distinct, >= 0 and ascending, e.g. [18, 60, 114]")
         return v
-
-
-class SweepPoint(BaseModel):
-    stations: int
-    profile_id: str
-    cpu_mean: float
-    cpu_stdev: float
-    cpu_per_rep: list[float]
-    idle_cpu_mean: float | None = Field(description="no-traffic CPU at the same client count")
-    counters: dict[str, float]
-    rss_kb: int
-    per_radio: list[int]
-    clients_held: bool = Field(description="datamodel count equal to the clients in every window")
-
-
-class SweepRecord(BaseModel):
-    id: str
-    label: str | None = None
-    started_at: datetime
-    window_s: float
-    reps: int
-    build_id: str | None
-    points: list[SweepPoint]
-    cleanup_count: int = Field(description="datamodel count after disassociating everyone")
-    idle_note: str | None = None
 
 
 class SweepOutput(BaseModel):
@@ -103,7 +79,7 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
     finally:  # shielded: a cancelled sweep (anyio cancels every await in its scope) must still
         # leave the DUT with no clients
         await asyncio.shield(associate.run(ctx, associate.AssociateInput(stations=0)))
-    cleanup = (await knobs.datamodel_count(ctx.device, ctx.profile)).get("total", -1)
+    cleanup = (await datamodel.count(ctx.device, ctx.profile)).get("total", -1)
     record = SweepRecord(id=sid, label=inp.label, started_at=started, window_s=inp.window_s, reps=inp.reps,
                          build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
                          points=points, cleanup_count=cleanup,
@@ -122,4 +98,4 @@ SPEC = ToolSpec(name="sweep", description=describe(__doc__), input=SweepInput, o
                 run=run, effect="mutates_dut",
                 requires=frozenset({"lease", "board_healthy", "fingerprint_verified", "env_pinned",
                                     "topology_asserted"}),
-                budget_class="measure")
+                budget_class="measure", measures=True)

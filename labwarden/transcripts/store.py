@@ -41,9 +41,9 @@ from labwarden.core.events import (
     SessionStarted,
     parse_event,
 )
+from labwarden.core.provenance import labwarden_provenance
 from labwarden.transcripts.chain import GENESIS, body_json, link_hash
 from labwarden.transcripts.pricing import tokens_by_kind
-from labwarden.transcripts.provenance import labwarden_provenance
 
 
 class TranscriptError(LabError):

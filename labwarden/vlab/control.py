@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
 from labwarden.lab import uci
-from labwarden.lab.boardstate import LabState
+from labwarden.lab.boardstate import BoardState
 from labwarden.lab.host.stasim import LoadError, StasimLoad
 from labwarden.vlab import dutstate, firmware, procs, profile_writer, rpc
 from labwarden.vlab.layout import SERVICES, VlabLayout
@@ -158,7 +158,7 @@ def up(root: str | os.PathLike[str], port: int = 0, patches: list[str] | None = 
         progress("starting the DUT (process manager + ssh)")
         info = _start_dutd(layout, port)
         profile_writer.write(layout, info_port=info, manifest=manifest)
-        state = LabState.load(layout.data_dir)
+        state = BoardState.load(layout.data_dir)
         state.record_flash(manifest.build_id)  # flashed, not yet verified
         state.save(layout.data_dir)
     except BaseException:

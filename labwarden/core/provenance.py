@@ -28,3 +28,9 @@ def labwarden_provenance() -> tuple[str, str | None, bool | None]:
         return __version__, None, None
     status = _git("status", "--porcelain", "--untracked-files=no")
     return __version__, commit, (bool(status) if status is not None else None)
+
+
+def labwarden_version() -> str:
+    """`version+commit12` (`-dirty` when the checkout has changes): stamped on every measurement."""
+    version, commit, dirty = labwarden_provenance()
+    return version + (f"+{commit[:12]}" if commit else "") + ("-dirty" if dirty else "")
