@@ -64,9 +64,9 @@ def checks() -> list[Check]:
                      detail=str(TRACEFS) + (" mounted" if mounted else " not mounted"),
                      remedy=None if mounted else "mount -t tracefs nodev /sys/kernel/tracing  (as root)",
                      needed_for="uprobe counters"))
-    from labwarden.lab.host import tracefs as uprobes
+    from labwarden.lab.host import tracefs
 
-    reason = uprobes.available(TRACEFS) if mounted else "tracefs missing"
+    reason = tracefs.available(TRACEFS) if mounted else "tracefs missing"
     out.append(Check(name="uprobes", ok=reason is None,
                      detail="uprobe_events writable and responsive" if reason is None else reason,
                      remedy=None if reason is None else

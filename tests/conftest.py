@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labwarden.lab.host import tracefs as uprobes
+from labwarden.lab.host import tracefs
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
@@ -59,7 +59,7 @@ def fresh_vlab(tmp_path: Path) -> Iterator[VlabLayout]:
 @functools.cache
 def uprobes_reason() -> str | None:
     """Asked once per run: on a wedged tracefs every ask costs seconds and a stuck process."""
-    return uprobes.available()
+    return tracefs.available()
 
 
 def needs_uprobes() -> None:
@@ -73,7 +73,7 @@ def needs_uprobes() -> None:
 def vlab_probes(layout: VlabLayout) -> list[str]:
     """uprobes registered in the host's tracefs on this vlab's files (tracefs is kernel-wide)."""
     try:
-        lines = (uprobes.TRACEFS / "uprobe_events").read_text().splitlines()
+        lines = (tracefs.TRACEFS / "uprobe_events").read_text().splitlines()
     except OSError:
         return []
     return [ln for ln in lines if str(layout.root) in ln]

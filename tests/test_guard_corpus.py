@@ -16,7 +16,7 @@ from labwarden.guardrails.lease import Lease
 from labwarden.lab import uci
 from labwarden.lab.boardstate import BoardState
 from labwarden.lab.config import LabProfile
-from labwarden.lab.host import tracefs as uprobes
+from labwarden.lab.host import tracefs
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from labwarden.tools.context import LabContext
@@ -44,7 +44,7 @@ def dut_snapshot(layout: VlabLayout) -> dict[str, Any]:
         pid = procs.read_pid(layout.run_dir / f"{name}.pid")
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if pid else None
         services[name] = (pid, state)
-    probes = (uprobes.TRACEFS / "uprobe_events").read_text() if uprobes_reason() is None else ""
+    probes = (tracefs.TRACEFS / "uprobe_events").read_text() if uprobes_reason() is None else ""
     return {"files": files, "services": services, "stations": rpc.count(layout.socket)["total"],
             "probes": [ln for ln in probes.splitlines() if "labwarden" in ln],
             "builds": sorted(p.name for p in layout.builds.iterdir()),

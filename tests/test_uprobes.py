@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from labwarden.lab.host import tracefs as uprobes
+from labwarden.lab import perfcount
+from labwarden.lab.host import elfsym
 
 # perf stat -x, output as perf 6.1 prints it for two uprobes and one that did not count
 PERF_CSV = """\
@@ -17,7 +18,7 @@ PERF_CSV = """\
 
 
 def test_parse_perf_stat_csv() -> None:
-    assert uprobes.parse_perf_stat_csv(PERF_CSV) == {
+    assert perfcount.parse_perf_stat_csv(PERF_CSV) == {
         "labwarden:txn": 54, "labwarden:rpc": 18, "labwarden:idle": 0}
 
 
@@ -42,14 +43,14 @@ def _readelf_offset(elf: Path, symbol: str) -> int:
                                     "wld_ad_syncInfo"])
 def test_offset_matches_readelf(built_firmware: Path, symbol: str) -> None:
     lib = built_firmware / "libsta.so"
-    assert uprobes.dynsym_offset(lib, symbol) == _readelf_offset(lib, symbol)
+    assert elfsym.dynsym_offset(lib, symbol) == _readelf_offset(lib, symbol)
 
 
 def test_unknown_symbol_and_bad_names(built_firmware: Path) -> None:
     lib = built_firmware / "libsta.so"
-    with pytest.raises(uprobes.UprobeError, match="not exported"):
-        uprobes.dynsym_offset(lib, "no_such_function")
-    with pytest.raises(uprobes.UprobeError, match="bad probe name"):
-        uprobes.probe_line("x; rm -rf /", lib, 0x10)
+    with pytest.raises(elfsym.UprobeError, match="not exported"):
+        elfsym.dynsym_offset(lib, "no_such_function")
+    with pytest.raises(elfsym.UprobeError, match="bad probe name"):
+        perfcount.probe_line("x; rm -rf /", lib, 0x10)
     assert re.fullmatch(r"p:labwarden/txn \S+:0x[0-9a-f]+",
-                        uprobes.probe_line("txn", lib, 0x1234))
+                        perfcount.probe_line("txn", lib, 0x1234))

@@ -15,7 +15,7 @@ import pytest
 
 from labwarden.core.measurements import ProfileRecord
 from labwarden.core.records import RecordStore
-from labwarden.lab.host import tracefs as uprobes
+from labwarden.lab.host import tracefs
 from labwarden.vlab import control, dutstate, procs
 from labwarden.vlab.layout import VlabLayout
 
@@ -34,8 +34,8 @@ def _txn_rate(layout: VlabLayout) -> float:
     pid = procs.read_pid(layout.run_dir / "stad.pid")
     assert pid is not None
     lib = layout.rootfs / "usr" / "lib" / "libsta.so"
-    with uprobes.registered({"txn": (lib, "dm_finalize_transaction")}) as events:
-        counts = uprobes.count(events, pid, WINDOW_S)
+    with tracefs.registered({"txn": (lib, "dm_finalize_transaction")}) as events:
+        counts = tracefs.count(events, pid, WINDOW_S)
     return counts["labwarden:txn"] / WINDOW_S
 
 

@@ -19,8 +19,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolSpec, describe
-from labwarden.lab.dut import procs as dutproc
-from labwarden.lab.dut import sampler
+from labwarden.lab.dut import procs, sampler
 from labwarden.lab.dut.device import Device, DeviceError
 from labwarden.lab.dut.helpers import ensure
 from labwarden.lab.dut.procs import ProcInstance
@@ -90,7 +89,7 @@ async def _check_suspect(ctx: LabContext, name: str) -> ProcInstance:
     """What `name` resolves to on the DUT right now must be safe to pause. Which names may be
     paused at all is the suspect policy (guardrails/suspects.py), applied by the guard."""
     prof, dev = ctx.profile, ctx.device
-    inst = await dutproc.instance(dev, name, prof.target.pidfile(name))
+    inst = await procs.instance(dev, name, prof.target.pidfile(name))
     if inst is None:
         raise ToolError("device", f"suspect {name} is not running on the DUT", "lab_status; "
                         "is the process manager on?")
@@ -100,7 +99,7 @@ async def _check_suspect(ctx: LabContext, name: str) -> ProcInstance:
     if inst.pid in chain:
         raise ToolError("refused", f"{name} resolves to pid {inst.pid}, an ancestor of our SSH "
                         "session (the DUT's sshd)", "fix [target] pidfiles / suspects")
-    target = await dutproc.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
+    target = await procs.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
     if target is not None and target.pid == inst.pid:
         raise ToolError("refused", f"{name} resolves to the target's pid {inst.pid}",
                         "fix [target] pidfiles")
@@ -186,7 +185,7 @@ async def run(ctx: LabContext, inp: AttributeInput) -> AttributeOutput:
     baseline_s = inp.baseline_s or inp.window_s
     await ctx.report(0, 5, f"checking suspect {inp.suspect}")
     inst = await _check_suspect(ctx, inp.suspect)
-    target = await dutproc.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
+    target = await procs.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
     if target is None:
         raise ToolError("device", f"the target {prof.target.process} is not running", "lab_status")
     clk_tck = int((await dev.run(["getconf", "CLK_TCK"], check=True)).stdout.strip())
@@ -231,7 +230,7 @@ async def run(ctx: LabContext, inp: AttributeInput) -> AttributeOutput:
             ctx.messages.append(f"attribute aborted: {inp.suspect} (pid {inst.pid}) {outcome}"
                                 + "".join(f"; {n}" for n in notes))
             log.warning("%s", ctx.messages[-1])
-    now = await dutproc.instance(dev, inp.suspect, prof.target.pidfile(inp.suspect))
+    now = await procs.instance(dev, inp.suspect, prof.target.pidfile(inp.suspect))
     if now is None or (now.pid, now.starttime) != (inst.pid, inst.starttime):
         resumed = False
         notes.append(f"{inp.suspect} is no longer pid {inst.pid} (it exited or restarted)")

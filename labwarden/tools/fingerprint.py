@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.devtext import DeviceText
 from labwarden.core.spec import ToolSpec, describe
-from labwarden.lab.dut import procs as dutproc
+from labwarden.lab.dut import procs
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
 
@@ -51,7 +51,7 @@ async def run(ctx: LabContext, inp: FingerprintInput) -> FingerprintOutput:
     prof, dev = ctx.profile, ctx.device
     mismatches: list[Mismatch] = []
 
-    proc = await dutproc.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
+    proc = await procs.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
     running_hash = None
     if proc is None:
         mismatches.append(Mismatch(path=prof.target.process, check="process",

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolSpec, describe
-from labwarden.lab.dut import procs as dutproc
+from labwarden.lab.dut import procs
 from labwarden.lab.dut.device import DeviceError
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
@@ -45,7 +45,7 @@ async def run(ctx: LabContext, inp: FlashInput) -> FlashOutput:
     state.board_health = "unknown"  # from here until the DUT is back, we do not know
     state.health_reason = f"flash of {manifest.build_id} in progress"
     ctx.save_state(state)
-    before = await dutproc.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
+    before = await procs.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
     await ctx.report(2, 4, "running " + " ".join(prof.flash.command))
     try:
         res = await dev.exec([*prof.flash.command, remote], timeout=prof.flash.timeout_s)
@@ -58,7 +58,7 @@ async def run(ctx: LabContext, inp: FlashInput) -> FlashOutput:
         pass  # the DUT dropping the session while it reboots is what a flash looks like
     await ctx.report(3, 4, "waiting for the DUT to come back")
     try:
-        await dutproc.wait_new_instance(dev, prof.target.process, before, prof.flash.timeout_s,
+        await procs.wait_new_instance(dev, prof.target.process, before, prof.flash.timeout_s,
                                          prof.target.pidfile(prof.target.process))
     except DeviceError as exc:
         state.health_reason = f"no answer after flash: {exc}"

@@ -15,8 +15,7 @@ from labwarden.core.devtext import DeviceText
 from labwarden.core.spec import ToolSpec, describe
 from labwarden.lab import knobs
 from labwarden.lab.boardstate import BoardHealth
-from labwarden.lab.dut import datamodel
-from labwarden.lab.dut import procs as dutproc
+from labwarden.lab.dut import datamodel, procs
 from labwarden.tools.context import LabContext
 
 
@@ -46,7 +45,7 @@ async def run(ctx: LabContext, inp: LabStatusInput) -> LabStatusOutput:
     t0 = time.perf_counter()
     await dev.run(["true"], timeout=10)
     rtt = round((time.perf_counter() - t0) * 1000, 3)
-    proc = await dutproc.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
+    proc = await procs.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
     version = None
     if proc is not None:
         version = (await dev.run([f"/proc/{proc.pid}/exe", "--version"], timeout=10)).stdout.strip()

@@ -21,12 +21,10 @@ from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord, Window
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolSpec, describe
+from labwarden.lab import perfcount
 from labwarden.lab.conditions import snapshot
-from labwarden.lab.dut import datamodel, sampler
-from labwarden.lab.dut import procs as dutproc
-from labwarden.lab.dut import uprobes as dutprobes
+from labwarden.lab.dut import datamodel, procs, sampler, uprobes
 from labwarden.lab.dut.device import RunResult
-from labwarden.lab.host import tracefs as uprobes
 from labwarden.tools import associate
 from labwarden.tools.context import LabContext
 
@@ -82,7 +80,7 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
     # windows); the set-up below (kernel symbols, uprobes) runs inside it, not after it.
     settle = prof.load.settle_s if inp.settle_s is None else inp.settle_s
     settled_at = time.monotonic() + settle
-    proc = await dutproc.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
+    proc = await procs.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
     if proc is None:
         raise ToolError("device", f"{prof.target.process} is not running on the DUT",
                         "lab_status; the process manager should respawn it")
@@ -103,7 +101,7 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
     notes: list[str] = []
     if probes:
         if "uprobes" not in ctx.facts:  # asked once a session: a wedged tracefs costs a timeout
-            ctx.facts["uprobes"] = await dutprobes.dut_available(dev, prof.dut.paths.tracefs)
+            ctx.facts["uprobes"] = await uprobes.dut_available(dev, prof.dut.paths.tracefs)
         reason = ctx.facts["uprobes"]
         if reason:  # CPU and perf still measure; the counters are said to be missing, and why
             notes.append(f"uprobe counters not measured: {reason}")
@@ -151,16 +149,16 @@ def _maybe_probes(ctx: LabContext, probes: dict[str, str]):  # type: ignore[no-u
     if not probes:
         return _NoProbes()
     prof = ctx.profile
-    return dutprobes.registered(ctx.device, prof.dut.paths.tracefs, prof.target.library, probes,
+    return uprobes.registered(ctx.device, prof.dut.paths.tracefs, prof.target.library, probes,
                                 ctx.data_dir / "symcache")
 
 
 def _counters(stat: RunResult, window_s: float) -> dict[str, float]:
-    counts = uprobes.parse_perf_stat_csv(stat.stderr)
+    counts = perfcount.parse_perf_stat_csv(stat.stderr)
     if stat.exit_status != 0 or not counts:
         raise ToolError("device", f"perf stat of uprobes failed: {stat.stderr.strip()[-300:]}",
                         "is tracefs mounted on the DUT? `labwarden doctor`")
-    return {dutprobes.counter_name(e): round(c / window_s, 3) for e, c in counts.items()}
+    return {uprobes.counter_name(e): round(c / window_s, 3) for e, c in counts.items()}
 
 
 def _raise_failed_count(counting: list[asyncio.Task[RunResult] | None], window_s: float) -> None:
@@ -200,7 +198,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
     started = datetime.now(UTC)
     t0 = time.monotonic()
     counting.append(asyncio.ensure_future(dev.exec(
-        [prof.target.perf, *uprobes.perf_stat_argv(events, pid, inp.window_s)[1:]],
+        [prof.target.perf, *perfcount.perf_stat_argv(events, pid, inp.window_s)[1:]],
         timeout=timeout)) if events else None)
     try:
         results = await asyncio.gather(*jobs)

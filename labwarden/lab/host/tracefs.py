@@ -1,60 +1,20 @@
-"""Count calls of exported functions with uprobes registered in tracefs, read by `perf stat`.
-
-`perf probe` is avoided on purpose (seed 000: it segfaulted on the DUT's perf); a uprobe line is
-written to tracefs by hand, so the only requirement is a mounted tracefs and root.
-Offset = .dynsym st_value - PT_LOAD p_vaddr + p_offset of the segment holding the symbol.
-"""
+"""This host's tracefs: whether uprobes work here, and probes on local processes (the vlab's
+benches and tests count with them; DUT probes go through lab/dut/uprobes.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from elftools.elf.elffile import ELFFile
+from labwarden.lab.host.elfsym import UprobeError, dynsym_offset
+from labwarden.lab.perfcount import GROUP, WEDGED, parse_perf_stat_csv, perf_stat_argv, probe_line
 
 TRACEFS = Path("/sys/kernel/tracing")
-GROUP = "labwarden"
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-
-
-class UprobeError(RuntimeError):
-    pass
-
-
-def dynsym_offset(elf_path: Path, symbol: str) -> int:
-    """File offset of an exported function, as uprobe_events wants it."""
-    with elf_path.open("rb") as f:
-        elf = ELFFile(f)
-        dynsym = elf.get_section_by_name(".dynsym")
-        if dynsym is None:
-            raise UprobeError(f"{elf_path} has no .dynsym")
-        syms = dynsym.get_symbol_by_name(symbol)
-        if not syms:
-            raise UprobeError(f"{symbol} is not exported by {elf_path}")
-        value = syms[0]["st_value"]
-        for seg in elf.iter_segments():
-            if seg["p_type"] == "PT_LOAD" and seg["p_vaddr"] <= value < seg["p_vaddr"] + seg["p_memsz"]:
-                return value - seg["p_vaddr"] + seg["p_offset"]
-    raise UprobeError(f"{symbol} at {value:#x} is in no PT_LOAD segment of {elf_path}")
-
-
-def probe_line(name: str, elf_path: Path, offset: int) -> str:
-    if not _NAME_RE.match(name):
-        raise UprobeError(f"bad probe name {name!r}: letters, digits and _ only")
-    if any(c.isspace() for c in str(elf_path)):
-        raise UprobeError(f"uprobe paths cannot contain whitespace: {elf_path}")
-    return f"p:{GROUP}/{name} {elf_path}:{offset:#x}"
-
-
-WEDGED = ("a read of {events} did not return within {t:g} s: a process is stuck in the kernel on "
-          "the dynamic-events lock (see `ps -eo pid,stat,wchan:30,cmd | awk '$2 ~ /D/'`); it "
-          "cannot be killed -- reboot the machine to recover")
 
 
 def responsive(events: Path, timeout: float = 3.0) -> bool:
@@ -106,23 +66,6 @@ def registered(probes: dict[str, tuple[Path, str]], tracefs: Path = TRACEFS) -> 
         for name in done:
             with contextlib.suppress(OSError):
                 _append(events, f"-:{GROUP}/{name}")
-
-
-def perf_stat_argv(events: list[str], pid: int, window_s: float, perf: str = "perf") -> list[str]:
-    return [perf, "stat", "-x", ",", "-e", ",".join(events), "-p", str(pid), "--",
-            "sleep", f"{window_s:g}"]
-
-
-def parse_perf_stat_csv(text: str) -> dict[str, int]:
-    """`perf stat -x,` lines: value,unit,event,... -> {event: count}."""
-    counts: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split(",")
-        if len(parts) >= 3 and parts[0].strip().isdigit():
-            counts[parts[2]] = int(parts[0])
-        elif len(parts) >= 3 and parts[0].startswith("<not"):
-            counts[parts[2]] = 0
-    return counts
 
 
 def count(events: list[str], pid: int, window_s: float) -> dict[str, int]:
