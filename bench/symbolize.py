@@ -34,9 +34,9 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from labwarden.core.records import RecordStore
-from labwarden.doctor import which
 from labwarden.lab.config import LabProfile
 from labwarden.lab.host import symfs as sf
+from labwarden.lab.host.binaries import which
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from labwarden.vlab import control

@@ -7,11 +7,12 @@ root (uprobes, perf on other users' processes) is reported, never crashed on.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+
+from labwarden.lab.host.binaries import which
 
 TRACEFS = Path("/sys/kernel/tracing")
 
@@ -22,16 +23,6 @@ class Check(BaseModel):
     detail: str
     remedy: str | None = Field(None, description="exact command or step that fixes it")
     needed_for: str
-
-
-def project_tools_bin() -> Path:
-    """Where `make setup` installs inferno (cargo --root .tools)."""
-    return Path(__file__).resolve().parent.parent / ".tools" / "bin"
-
-
-def which(name: str) -> str | None:
-    return shutil.which(name) or (
-        str(p) if (p := project_tools_bin() / name).exists() else None)
 
 
 def _version(argv: list[str]) -> str:

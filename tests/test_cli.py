@@ -26,7 +26,7 @@ def test_doctor_json_lists_every_check_with_remedies() -> None:
 def test_doctor_names_the_remedy_when_tools_are_missing(monkeypatch: pytest.MonkeyPatch,
                                                         tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr("labwarden.doctor.project_tools_bin", lambda: tmp_path)
+    monkeypatch.setattr("labwarden.lab.host.binaries.project_tools_bin", lambda: tmp_path)
     res = runner.invoke(app, ["doctor", "--json"])
     assert res.exit_code == 2
     checks = {c["name"]: c for c in json.loads(res.stdout)}

@@ -16,10 +16,10 @@ import pytest
 from labwarden.core.conditions import Conditions
 from labwarden.core.measurements import ProfileRecord, Window
 from labwarden.core.records import RecordStore
-from labwarden.doctor import which
 from labwarden.lab.config import LabProfile
 from labwarden.lab.host import folded as fl
 from labwarden.lab.host import symfs as sf
+from labwarden.lab.host.binaries import which
 from labwarden.runtime.session import open_lab
 from labwarden.tools import profile as profile_tool
 from labwarden.vlab import control

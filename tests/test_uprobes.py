@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from labwarden.lab import perfcount
-from labwarden.lab.host import elfsym
+from labwarden.lab import elfsym, perfcount
 
 # perf stat -x, output as perf 6.1 prints it for two uprobes and one that did not count
 PERF_CSV = """\

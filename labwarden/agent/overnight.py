@@ -32,8 +32,8 @@ from labwarden.cli import agentopts as options
 from labwarden.cli.agentopts import BaseUrlOpt, BudgetOpt, LabOpt, MaxTurnsOpt, ModelOpt
 from labwarden.core.events import Note
 from labwarden.lab.config import LabProfile
+from labwarden.prompts import load, prompt_dir
 from labwarden.runtime.session import open_lab
-from labwarden.server.prompts import load, prompt_dir
 from labwarden.transcripts.store import TranscriptError
 
 console = Console(stderr=True)

@@ -16,8 +16,8 @@ from labwarden.agent.model import Model, ModelOptions, ModelUnavailable
 from labwarden.cli import agentopts as options
 from labwarden.cli.agentopts import BaseUrlOpt, BudgetOpt, LabOpt, MaxTurnsOpt, ModelOpt
 from labwarden.lab.config import LabProfile
+from labwarden.prompts import load, prompt_dir
 from labwarden.runtime.session import open_lab
-from labwarden.server.prompts import load, prompt_dir
 
 console = Console()
 QUIT = {"/quit", "/exit", "exit", "quit"}

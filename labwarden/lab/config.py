@@ -13,8 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from labwarden.core.errors import LabError
 from labwarden.lab.dut.endpoint import SshTarget
-from labwarden.lab.host.builder import BuildRecipe
-from labwarden.lab.host.stasim import StasimLoad
 
 
 class _Strict(BaseModel):
@@ -98,12 +96,6 @@ class BuildSection(_Strict):
                                     examples=[["~/fw-patches"]])
     baseline: str | None = Field(None, description="build id of the known-good image")
 
-    def recipe(self, rootfs: str) -> BuildRecipe:
-        return BuildRecipe(repo=Path(self.repo).expanduser(), builds=Path(self.builds).expanduser(),
-                           rootfs=rootfs, command=self.command, artifacts=self.artifacts,
-                           extra_outputs=self.extra_outputs,
-                           patches_dirs=[Path(d).expanduser() for d in self.patches_dirs])
-
 
 class FlashSection(_Strict):
     method: Literal["sysupgrade", "labgrid"] = Field("sysupgrade", examples=["sysupgrade"])
@@ -125,10 +117,6 @@ class LoadSection(_Strict):
                             "associating clients to the first window: at least one poll interval "
                             "of the monitor, so every client is in the steady polling cycle "
                             "(a sweep or profile call may override it)")
-
-    def generator(self) -> StasimLoad:
-        return StasimLoad(binary=Path(self.binary).expanduser(), socket=self.socket,
-                          pidfile=Path(self.pidfile).expanduser(), log=Path(self.log).expanduser())
 
 
 class TargetSection(_Strict):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from labwarden.lab.host.elfsym import UprobeError
+from labwarden.lab.elfsym import UprobeError
 
 GROUP = "labwarden"
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")

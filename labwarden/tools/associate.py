@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, model_validator
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolSpec, describe
 from labwarden.lab.dut import datamodel
-from labwarden.lab.host.stasim import LoadError
+from labwarden.lab.host.stasim import LoadError, StasimLoad
 from labwarden.tools.context import LabContext
 
 
@@ -47,7 +47,7 @@ async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
     t0 = time.monotonic()
     await ctx.report(0, 2, f"holding {n} stations")
     try:
-        await asyncio.to_thread(prof.load.generator().hold, n)
+        await asyncio.to_thread(StasimLoad.of(prof.load).hold, n)
     except LoadError as exc:
         raise ToolError("device", exc.problem, exc.remedy) from exc
     deadline = time.monotonic() + inp.timeout_s

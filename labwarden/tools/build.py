@@ -34,7 +34,7 @@ class BuildOutput(BaseModel):
 
 
 async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:
-    recipe = ctx.profile.build.recipe(ctx.profile.dut.paths.rootfs)
+    recipe = builder.recipe_of(ctx.profile.build, ctx.profile.dut.paths.rootfs)
     loop = asyncio.get_running_loop()
     steps: list[str] = []
 

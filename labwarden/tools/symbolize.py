@@ -23,9 +23,9 @@ from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolSpec, describe
-from labwarden.doctor import which
 from labwarden.lab.host import folded as fl
 from labwarden.lab.host import symfs as sf
+from labwarden.lab.host.binaries import which
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
 

@@ -10,9 +10,8 @@ import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from labwarden.lab import perfcount
+from labwarden.lab import elfsym, perfcount
 from labwarden.lab.dut.device import Device, DeviceError
-from labwarden.lab.host import elfsym
 
 # $1 = line, $2 = file: append one line (tracefs needs O_APPEND, which `>>` gives)
 _APPEND = ["sh", "-c", 'printf "%s\\n" "$1" >> "$2"', "lw-uprobe"]

@@ -23,6 +23,7 @@ from elftools.elf.elffile import ELFFile
 from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
+from labwarden.lab.config import BuildSection
 
 # Fixed identity and dates: the same sources and patches give the same commit on every machine.
 _GIT_ENV = {
@@ -67,6 +68,14 @@ class BuildManifest(BaseModel):
     artifacts: list[Artifact]
     image: str
     symfs: str
+
+
+def recipe_of(section: BuildSection, rootfs: str) -> BuildRecipe:
+    """The recipe a lab profile's [build] section describes, for a DUT whose rootfs is `rootfs`."""
+    return BuildRecipe(repo=Path(section.repo).expanduser(), builds=Path(section.builds).expanduser(),
+                       rootfs=rootfs, command=section.command, artifacts=section.artifacts,
+                       extra_outputs=section.extra_outputs,
+                       patches_dirs=[Path(d).expanduser() for d in section.patches_dirs])
 
 
 def git(repo: Path, *args: str) -> str:

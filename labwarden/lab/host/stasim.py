@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from labwarden.core.errors import LabError
+from labwarden.lab.config import LoadSection
 from labwarden.lab.host import pidfile
 
 
@@ -28,6 +29,12 @@ class StasimLoad(BaseModel):
     socket: str
     pidfile: Path
     log: Path
+
+    @classmethod
+    def of(cls, section: LoadSection) -> StasimLoad:
+        """The generator a lab profile's [load] section describes."""
+        return cls(binary=Path(section.binary).expanduser(), socket=section.socket,
+                   pidfile=Path(section.pidfile).expanduser(), log=Path(section.log).expanduser())
 
     def running(self) -> bool:
         return pidfile.alive(pidfile.read_pid(self.pidfile))

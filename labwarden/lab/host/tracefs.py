@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from labwarden.lab.host.elfsym import UprobeError, dynsym_offset
+from labwarden.lab.elfsym import UprobeError, dynsym_offset
 from labwarden.lab.perfcount import GROUP, WEDGED, parse_perf_stat_csv, perf_stat_argv, probe_line
 
 TRACEFS = Path("/sys/kernel/tracing")

@@ -1,0 +1,43 @@
+"""The prompts, as markdown files beside this module: a small front matter (description, arguments
+with defaults) and a body with {placeholders}. Files, so people can edit them without code; the
+MCP server publishes them (server/prompts.py) and the agent uses two as system prompts."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel
+
+
+class PromptFile(BaseModel):
+    name: str
+    description: str
+    arguments: list[dict[str, str]]
+    body: str
+
+    def render(self, **args: str | None) -> str:
+        values = {a["name"]: args.get(a["name"]) or a.get("default", "") for a in self.arguments}
+        return self.body.format(**values)
+
+
+def prompt_dir() -> Path:
+    return Path(str(resources.files("labwarden.prompts")))
+
+
+def load(path: Path) -> PromptFile:
+    text = path.read_text()
+    _, front, body = text.split("---", 2)
+    meta = yaml.safe_load(front)
+    return PromptFile(name=path.stem, description=meta["description"],
+                      arguments=meta.get("arguments", []), body=body.strip() + "\n")
+
+
+def named(name: str) -> PromptFile:
+    """One prompt by its file name without .md (e.g. `overnight-loop`)."""
+    return load(prompt_dir() / f"{name}.md")
+
+
+def all_prompts() -> list[PromptFile]:
+    return [load(p) for p in sorted(prompt_dir().glob("*.md"))]

@@ -1,0 +1,82 @@
+"""The package's shape: no import cycle between labwarden's subpackages, and every import goes
+down the layers (grimp builds the graph from the source, TYPE_CHECKING imports included).
+
+A failure names the chain of imports that breaks the rule, so the fix is where it says."""
+
+from __future__ import annotations
+
+import grimp
+import pytest
+
+PACKAGE = "labwarden"
+LAYERS: list[grimp.Layer] = [
+    grimp.Layer("cli"),
+    grimp.Layer("agent", "server", "playbook", "docgen"),
+    grimp.Layer("runtime"),
+    grimp.Layer("tools", "guardrails"),
+    grimp.Layer("report"),
+    grimp.Layer("transcripts", "vlab", "doctor"),
+    grimp.Layer("lab", "prompts"),
+    grimp.Layer("core"),
+]
+"""Top to bottom: a layer may import the layers below it, never one above; the modules of one
+layer are independent of each other. `core` (records, the call record, the spec, device text,
+errors, the event schema) imports nothing of labwarden's."""
+LAB_SIDES: list[grimp.Layer] = [grimp.Layer("knobs", "host"), grimp.Layer("dut")]
+"""Inside lab/: `dut` (what talks to the DUT) is the bottom; the knobs pin through it, and host-side
+work (the build, the symfs, which pulls the DUT's own libraries) may use it; the DUT side never
+reaches into the host side."""
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph(PACKAGE, include_external_packages=False)
+
+
+def _subpackages(graph: grimp.ImportGraph, parent: str) -> list[str]:
+    return sorted(graph.find_children(parent))
+
+
+def _explain(illegal: set[grimp.PackageDependency]) -> str:
+    lines = []
+    for dep in sorted(illegal, key=lambda d: (d.importer, d.imported)):
+        for route in dep.routes:  # heads fan in to the middle, which fans out to the tails
+            chain = [",".join(sorted(route.heads)), *route.middle, ",".join(sorted(route.tails))]
+            lines.append(f"{dep.importer} -> {dep.imported}: " + " -> ".join(c for c in chain if c))
+    return "\n".join(lines)
+
+
+def test_no_cycle_between_subpackages(graph: grimp.ImportGraph) -> None:
+    subs = _subpackages(graph, PACKAGE)
+    cycles = []
+    for i, a in enumerate(subs):
+        for b in subs[i + 1:]:
+            there = graph.find_shortest_chain(a, b, as_packages=True)
+            back = graph.find_shortest_chain(b, a, as_packages=True)
+            if there and back:
+                cycles.append(f"{' -> '.join(there)}  and back  {' -> '.join(back)}")
+    assert not cycles, "import cycles between subpackages:\n" + "\n".join(cycles)
+
+
+def test_every_subpackage_has_a_layer(graph: grimp.ImportGraph) -> None:
+    named = {f"{PACKAGE}.{m}" for layer in LAYERS for m in layer.module_tails}
+    missing = [s for s in _subpackages(graph, PACKAGE) if s not in named]
+    assert not missing, f"give these a place in LAYERS: {missing}"
+
+
+def test_imports_go_down_the_layers(graph: grimp.ImportGraph) -> None:
+    illegal = graph.find_illegal_dependencies_for_layers(LAYERS, containers={PACKAGE})
+    assert not illegal, "imports that go up a layer (or across siblings):\n" + _explain(illegal)
+
+
+def test_lab_sides_are_layered(graph: grimp.ImportGraph) -> None:
+    illegal = graph.find_illegal_dependencies_for_layers(LAB_SIDES, containers={f"{PACKAGE}.lab"})
+    assert not illegal, "lab/ imports across its sides:\n" + _explain(illegal)
+
+
+def test_core_imports_nothing_of_labwarden(graph: grimp.ImportGraph) -> None:
+    core = f"{PACKAGE}.core"
+    outside = sorted({m for mod in graph.find_descendants(core) | {core}
+                      for m in graph.find_modules_directly_imported_by(mod)
+                      if m.startswith(PACKAGE + ".") and not m.startswith(core + ".") and m != core})
+    assert not outside, f"core must stay the bottom layer; it imports {outside}"
