@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from labwarden.vlab import control, curve, dutstate, procs
+from labwarden.vlab import control, curve, procs, tuning
 from labwarden.vlab.layout import VlabLayout
 
 
@@ -75,7 +75,7 @@ def main() -> None:
         for v in variants:
             console.print(f"[bold]{v.name}[/bold]: flashing {v.patches or 'baseline'}")
             control.flash(root, v.patches)
-            dutstate.pin(layout, stamon_rpc=v.stamon_rpc, trace_level=v.trace_level or 400)
+            tuning.pin(layout, stamon_rpc=v.stamon_rpc, trace_level=v.trace_level or 400)
             control.restart_services(root)
             with stamon_stopped(layout, v.stop_stamon), console.status(v.name) as status:
                 results[v.name] = curve.measure_curve(

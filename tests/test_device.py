@@ -226,7 +226,7 @@ async def test_cancelled_copy_leaves_no_temp_file(dev: Device, vlab: VlabLayout,
     every later await too, the clean-up's included) removes its temp file from the DUT. The
     clean-up's `sftp.remove` survives that unshielded: asyncssh sends the request before its
     first suspension, so only the wait for the reply is cancelled. Anything awaited before the
-    remove would break that (then shield it, as dutprobes and sweep do)."""
+    remove would break that (then shield it, as lab/dut/uprobes.py and sweep do)."""
     data = os.urandom(8 << 20)
     local = tmp_path / "big"
     local.write_bytes(data)

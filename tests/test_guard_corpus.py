@@ -21,7 +21,7 @@ from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from labwarden.tools.context import LabContext
 from labwarden.transcripts.store import TranscriptStore
-from labwarden.vlab import dutstate, procs, rpc
+from labwarden.vlab import procs, rpc, tuning
 from labwarden.vlab.layout import VlabLayout
 
 from .conftest import uprobes_reason
@@ -149,8 +149,8 @@ def _refusals(ctx: LabContext) -> list[dict[str, Any]]:
 
 
 def _set_governor(lab: VlabLayout, gov: str) -> Callable[[], None]:
-    dutstate.set_governor(lab, gov)
-    return lambda: dutstate.set_governor(lab, "performance")
+    tuning.set_governor(lab, gov)
+    return lambda: tuning.set_governor(lab, "performance")
 
 
 def _disable_vap(lab: VlabLayout, vap: str) -> Callable[[], None]:

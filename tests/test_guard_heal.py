@@ -8,7 +8,7 @@ from labwarden.lab.config import LabProfile
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from labwarden.transcripts.store import TranscriptStore
-from labwarden.vlab import control, dutstate
+from labwarden.vlab import control, tuning
 from labwarden.vlab.layout import VlabLayout
 
 from .tooling import baseline
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_sweep_after_reboot_heals_and_runs(lab: VlabLayout) -> None:
     control.reboot(lab.root)
-    drifted = dutstate.read_state(lab)
+    drifted = tuning.read_state(lab)
     assert drifted.boost and set(drifted.governors) == {"schedutil"} and drifted.vaps_disabled
     profile = LabProfile.from_file(lab.lab_toml)
     assert set(profile.policy.heal) >= {"governor", "boost", "topology"}
@@ -34,7 +34,7 @@ async def test_sweep_after_reboot_heals_and_runs(lab: VlabLayout) -> None:
     points = rec.result["points"]
     assert [p["per_radio"] for p in points] == [[1] * 6, [3] * 6], "all six radios back"
     assert points[0]["cpu_mean"] < points[1]["cpu_mean"]
-    healed = dutstate.read_state(lab)
+    healed = tuning.read_state(lab)
     assert set(healed.governors) == {"performance"} and not healed.boost and not healed.vaps_disabled
     assert sid is not None
     with TranscriptStore(lab.data_dir / "transcripts.db") as store:

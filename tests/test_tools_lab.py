@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from labwarden.vlab import control, dutstate
+from labwarden.vlab import control, tuning
 from labwarden.vlab.layout import VlabLayout
 
 from .tooling import baseline, call, ok
@@ -132,7 +132,7 @@ async def test_overlay_leftover_fails_verification(lab: VlabLayout) -> None:
 
 
 async def test_associate_even_split_and_cleanup(lab: VlabLayout) -> None:
-    dutstate.pin(lab)  # flashing rebooted the DUT; topology back to all six radios
+    tuning.pin(lab)  # flashing rebooted the DUT; topology back to all six radios
     control.restart_services(lab.root)
     for n in (18, 60, 114):
         res = await ok(lab, "associate", {"stations": n})

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from labwarden.lab import uci
-from labwarden.vlab import control, dutstate, firmware, procs
+from labwarden.vlab import control, firmware, procs, tuning
 from labwarden.vlab.layout import VlabLayout
 
 
@@ -65,12 +65,12 @@ def test_disabled_process_manager_does_not_respawn(fresh_vlab: VlabLayout) -> No
 
 
 def test_reboot_applies_drift(fresh_vlab: VlabLayout) -> None:
-    dutstate.pin(fresh_vlab, trace_level=200)
-    before = dutstate.read_state(fresh_vlab)
+    tuning.pin(fresh_vlab, trace_level=200)
+    before = tuning.read_state(fresh_vlab)
     assert before.governors[0] == "performance" and not before.boost
     assert len(before.vaps_enabled) == 6 and 400 not in before.trace_levels.values()
     control.reboot(fresh_vlab.root)
-    after = dutstate.read_state(fresh_vlab)
+    after = tuning.read_state(fresh_vlab)
     assert set(after.governors) == {"schedutil"} and after.boost
     assert set(after.channels.values()) == {"auto"}
     assert 0 < len(after.vaps_enabled) < 6, "the scaling VAPs are switched off"

@@ -16,7 +16,7 @@ import pytest
 from labwarden.core.measurements import ProfileRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab.host import tracefs
-from labwarden.vlab import control, dutstate, procs
+from labwarden.vlab import control, procs, tuning
 from labwarden.vlab.layout import VlabLayout
 
 from .conftest import needs_uprobes, vlab_probes
@@ -78,7 +78,7 @@ async def test_profile_counts_every_window_and_removes_its_probes(lab: VlabLayou
 
 def test_0901_gates_the_write_back(lab: VlabLayout) -> None:
     control.flash(lab.root, ["0901"])
-    dutstate.pin(lab)  # the flash rebooted the DUT: undo drift, keep the topology
+    tuning.pin(lab)  # the flash rebooted the DUT: undo drift, keep the topology
     control.restart_services(lab.root)
     control.associate(lab.root, 60)
     time.sleep(2.0)  # the first sync of each new station writes once

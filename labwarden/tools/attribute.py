@@ -2,7 +2,7 @@
 the target's CPU before, during and after: how much of the target's load the suspect causes.
 
 Mutates DUT state reversibly: the suspect is held in a ptrace stop by the DUT-side helper
-lw-pause (labwarden/dut/lw_pause.c), which resumes it at the deadline, when the SSH session
+lw-pause (labwarden/lab/dut/lw_pause.c), which resumes it at the deadline, when the SSH session
 drops, or when it dies (the kernel detaches a dead tracer's tracees), so a crashed or
 disconnected server cannot leave the suspect stopped. The window is capped at MAX_WINDOW_S.
 """

@@ -22,7 +22,7 @@ from labwarden.core.errors import LabError
 from labwarden.lab import uci
 from labwarden.lab.boardstate import BoardState
 from labwarden.lab.host.stasim import LoadError, StasimLoad
-from labwarden.vlab import dutstate, firmware, procs, profile_writer, rpc
+from labwarden.vlab import firmware, procs, profile_writer, rpc, tuning
 from labwarden.vlab.layout import SERVICES, VlabLayout
 
 TOOLCHAIN = ("gcc", "make", "git", "strip", "objcopy", "tar")
@@ -52,7 +52,7 @@ class VlabStatus(BaseModel):
     running_version: str | None = Field(None, description="`stad --version` of the binary")
     associated: dict[str, int] | None = Field(None, description="datamodel count per VAP")
     stasim_pid: int | None = None
-    state: dutstate.DutState | None = None
+    state: tuning.Tuning | None = None
 
 
 def _check_toolchain() -> None:
@@ -142,7 +142,7 @@ def up(root: str | os.PathLike[str], port: int = 0, patches: list[str] | None = 
     try:
         progress("provisioning the DUT state")
         if not (layout.config_dir / "procmgr").exists():
-            dutstate.provision(layout)
+            tuning.provision(layout)
         _install_dut_scripts(layout)
         _keys(layout)
         progress("building firmware")
@@ -243,7 +243,7 @@ def status(root: str | os.PathLike[str]) -> VlabStatus:
         st.associated = rpc.count(layout.socket)
     sim = procs.read_pid(layout.stasim_pid)
     st.stasim_pid = sim if procs.alive(sim) else None
-    st.state = dutstate.read_state(layout)
+    st.state = tuning.read_state(layout)
     return st
 
 

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 
-from labwarden.vlab import dutstate, sshd
+from labwarden.vlab import sshd, tuning
 from labwarden.vlab.layout import VlabLayout
 from labwarden.vlab.supervisor import ProcessManager
 
@@ -57,7 +57,7 @@ async def serve(layout: VlabLayout, port: int) -> int:
                 acceptor.close()
                 registry.drop_all()
                 await pm.stop_all()
-                for change in dutstate.apply_drift(layout):
+                for change in tuning.apply_drift(layout):
                     log.info("drift: %s", change)
                 await asyncio.sleep(BOOT_DELAY_S)
                 await pm.start_all()

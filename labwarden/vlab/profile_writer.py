@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from labwarden.lab import uci
-from labwarden.vlab import dutstate, firmware
+from labwarden.vlab import firmware, tuning
 from labwarden.vlab.layout import SERVICES, VlabLayout
 
 
@@ -15,7 +15,7 @@ def _q(value: str) -> str:
 
 def write(layout: VlabLayout, info_port: int, manifest: firmware.BuildManifest) -> None:
     r = layout.root
-    factory = uci.load(dutstate.factory_config_dir() / "wireless")
+    factory = uci.load(tuning.factory_config_dir() / "wireless")
     vaps = [s.name for s in factory if s.type == "wifi-iface"]
     channels = {s.name: s.options["channel"] for s in factory if s.type == "wifi-device"}
     with open(str(layout.host_key) + ".pub") as f:

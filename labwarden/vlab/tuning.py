@@ -1,4 +1,4 @@
-"""The DUT's mutable state files: factory provisioning, what a reboot drifts, and a local reader.
+"""The vlab DUT's tuning files: factory provisioning, what a reboot drifts, and a local reader.
 
 A real device loses runtime tuning on reboot; the vlab reproduces the drift seed 000 hit
 (scaling VAPs off, channels unpinned, governor schedutil, boost on, trace zones back to factory),
@@ -104,7 +104,7 @@ def apply_drift(layout: VlabLayout) -> list[str]:
     return changed
 
 
-class DutState(BaseModel):
+class Tuning(BaseModel):
     """The DUT's tunable state as read from its files (locally; lab/ reads it over SSH)."""
 
     governors: list[str] = Field(description="scaling_governor of each CPU")
@@ -117,11 +117,11 @@ class DutState(BaseModel):
     stamon_rpc: str = Field(description="'full' or 'brief'")
 
 
-def read_state(layout: VlabLayout) -> DutState:
+def read_state(layout: VlabLayout) -> Tuning:
     wireless = uci.load(layout.config_dir / "wireless")
     vaps = [s for s in wireless if s.type == "wifi-iface"]
     stamon = uci.load(layout.config_dir / "stamon")
-    return DutState(
+    return Tuning(
         governors=[p.read_text().strip() for p in governor_paths(layout)],
         boost=boost_path(layout).read_text().strip() == "1",
         vaps_enabled=[s.name for s in vaps if s.options.get("disabled", "0") != "1"],
