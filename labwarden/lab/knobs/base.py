@@ -64,6 +64,10 @@ class Knob(ABC):
     def refusal_reason(self, state: KnobState) -> str:
         return f"{self.name} is {state.value}: {state.advice}"
 
+    async def missing(self, path: str, what: str) -> str | None:
+        """None when `path` exists on the DUT, else "no WHAT (PATH)": an available() answer."""
+        return None if (await self.dev.run(["test", "-e", path])).exit_status == 0 else f"no {what} ({path})"
+
 
 async def write_value(dev: Device, path: str, value: str) -> None:
     """Write one sysfs/proc file in place (no temp file + rename there); value and path are argv."""

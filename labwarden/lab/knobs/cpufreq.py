@@ -22,9 +22,7 @@ class Governor(Knob):
         return cpufreq_dir(self.profile.dut.paths.sysfs)
 
     async def available(self) -> str | None:
-        if (await self.dev.run(["test", "-e", f"{self.base}/cpu0/cpufreq/scaling_governor"])).exit_status:
-            return "no cpufreq on this DUT"
-        return None
+        return await self.missing(f"{self.base}/cpu0/cpufreq/scaling_governor", "cpufreq on this DUT")
 
     async def governors(self) -> list[str]:
         """Each CPU's governor, in CPU order ("unavailable" where unreadable)."""
@@ -66,9 +64,7 @@ class Boost(Knob):
         return f"{cpufreq_dir(self.profile.dut.paths.sysfs)}/cpufreq/boost"
 
     async def available(self) -> str | None:
-        if (await self.dev.run(["test", "-e", self.path])).exit_status:
-            return "no cpufreq boost on this DUT"
-        return None
+        return await self.missing(self.path, "cpufreq boost on this DUT")
 
     async def read(self) -> KnobState:
         val = (await self.dev.read_file(self.path)).decode().strip()

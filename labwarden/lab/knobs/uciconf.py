@@ -5,6 +5,7 @@ patch may need (the trace zones' level, the monitor's RPC)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
@@ -29,10 +30,6 @@ async def _uci_edit(knob: Knob, path: str, edit: Callable[[list[uci.Section]], l
     return changed
 
 
-async def _exists(knob: Knob, path: str) -> bool:
-    return (await knob.dev.run(["test", "-f", path])).exit_status == 0
-
-
 class RadioTopology(Knob):
     """Enabled VAPs and pinned channels, from `wireless` (seed 000: 6 radios, channels pinned)."""
 
@@ -46,7 +43,7 @@ class RadioTopology(Knob):
         return f"{self.profile.dut.paths.config}/wireless"
 
     async def available(self) -> str | None:
-        return None if await _exists(self, self.path) else f"no wireless config ({self.path})"
+        return await self.missing(self.path, "wireless config")
 
     async def topology(self) -> Topology:
         secs = uci.parse((await self.dev.read_file(self.path)).decode(), "wireless")
@@ -123,7 +120,7 @@ class ProcessManager(Knob):
         return f"{self.profile.dut.paths.config}/procmgr"
 
     async def available(self) -> str | None:
-        return None if await _exists(self, self.path) else f"no process manager config ({self.path})"
+        return await self.missing(self.path, "process manager config")
 
     async def read(self) -> KnobState:
         try:
@@ -145,41 +142,65 @@ class ProcessManager(Knob):
         return ["procmgr.main.enabled 0 -> 1"]
 
 
-class TraceLevel(Knob):
-    """Lever: every trace zone at or below a level (the config half of a trace short-circuit,
-    seed 000's patch 0100 + zones 400 -> 200). Pinned only when asked (env_pin)."""
+class UciLever(Knob):
+    """A config lever: one UCI file named in [levers] of the lab profile, set only on request
+    (env_pin) to `want`, and applied with the reload command named beside it."""
 
-    name = "trace_zones"
+    file_key: ClassVar[str]
+    """The [levers] key naming the UCI file."""
+    reload_key: ClassVar[str]
+    """The [levers] key holding the argv that applies a change."""
 
-    def __init__(self, dev: Device, profile: LabProfile, max_level: int | None = None):
+    def __init__(self, dev: Device, profile: LabProfile, want: Any = None):
         super().__init__(dev, profile)
-        self.max_level = max_level
+        self.want = want
 
     @property
     def path(self) -> str | None:
-        lv = self.profile.levers
-        return None if lv.trace_config is None else f"{self.profile.dut.paths.config}/{lv.trace_config}"
+        name = getattr(self.profile.levers, self.file_key)
+        return None if name is None else f"{self.profile.dut.paths.config}/{name}"
 
     async def available(self) -> str | None:
-        return None if self.path is not None else "no [levers] trace_config in the lab profile"
+        return None if self.path is not None else f"no [levers] {self.file_key} in the lab profile"
+
+    async def sections(self) -> list[uci.Section]:
+        assert self.path is not None
+        return uci.parse((await self.dev.read_file(self.path)).decode(), self.path)
+
+    async def apply(self, edit: Callable[[list[uci.Section]], list[str]]) -> list[str]:
+        """Edit the file; when something changed, run the reload and say so."""
+        if self.path is None or self.want is None:
+            return []
+        changed = await _uci_edit(self, self.path, edit)
+        if changed:
+            argv = getattr(self.profile.levers, self.reload_key)
+            await run_reload(self.dev, argv, f"[levers] {self.reload_key}")
+            changed.append("applied: " + " ".join(argv))
+        return changed
+
+
+class TraceLevel(UciLever):
+    """Lever: every trace zone at or below a level (the config half of a trace short-circuit,
+    seed 000's patch 0100 + zones 400 -> 200)."""
+
+    name = "trace_zones"
+    file_key = "trace_config"
+    reload_key = "trace_reload"
 
     async def levels(self) -> dict[str, int]:
         if self.path is None:
             return {}
-        secs = uci.parse((await self.dev.read_file(self.path)).decode())
         return {s.options.get("name", s.name): int(s.options.get("level", "0"))
-                for s in secs if s.type == "zone"}
+                for s in await self.sections() if s.type == "zone"}
 
     async def read(self) -> KnobState:
         top = max((await self.levels()).values(), default=0)
-        ok = self.max_level is None or top <= self.max_level
+        ok = self.want is None or top <= self.want
         return KnobState(name=self.name, value=f"highest zone level {top}", ok=ok,
-                         advice=None if ok else f"lower the zones to {self.max_level}")
+                         advice=None if ok else f"lower the zones to {self.want}")
 
     async def pin(self) -> list[str]:
-        if self.path is None or self.max_level is None:
-            return []
-        level = self.max_level
+        level = self.want
 
         def edit(secs: list[uci.Section]) -> list[str]:
             out = []
@@ -189,42 +210,24 @@ class TraceLevel(Knob):
                     s.options["level"] = str(level)
             return out
 
-        changed = await _uci_edit(self, self.path, edit)
-        if changed:
-            lv = self.profile.levers
-            await run_reload(self.dev, lv.trace_reload, "[levers] trace_reload")
-            changed.append("applied: " + " ".join(lv.trace_reload))
-        return changed
+        return await self.apply(edit)
 
 
-class MonitorRpc(Knob):
+class MonitorRpc(UciLever):
     """Lever: which stats RPC the monitor polls (`full`, or `brief` with patch 0902)."""
 
     name = "monitor_rpc"
-
-    def __init__(self, dev: Device, profile: LabProfile, rpc: str | None = None):
-        super().__init__(dev, profile)
-        self.rpc = rpc
-
-    @property
-    def path(self) -> str | None:
-        lv = self.profile.levers
-        return None if lv.monitor_config is None else f"{self.profile.dut.paths.config}/{lv.monitor_config}"
-
-    async def available(self) -> str | None:
-        return None if self.path is not None else "no [levers] monitor_config in the lab profile"
+    file_key = "monitor_config"
+    reload_key = "monitor_reload"
 
     async def read(self) -> KnobState:
-        assert self.path is not None
-        secs = uci.parse((await self.dev.read_file(self.path)).decode())
+        secs = await self.sections()
         now = secs[0].options.get("rpc", "full") if secs else "full"
-        ok = self.rpc is None or now == self.rpc
-        return KnobState(name=self.name, value=now, ok=ok, advice=None if ok else f"set rpc {self.rpc}")
+        ok = self.want is None or now == self.want
+        return KnobState(name=self.name, value=now, ok=ok, advice=None if ok else f"set rpc {self.want}")
 
     async def pin(self) -> list[str]:
-        if self.path is None or self.rpc is None:
-            return []
-        rpc, lv = self.rpc, self.profile.levers
+        rpc, file = self.want, self.profile.levers.monitor_config
 
         def edit(secs: list[uci.Section]) -> list[str]:
             main = secs[0]
@@ -232,10 +235,6 @@ class MonitorRpc(Knob):
                 return []
             old = main.options.get("rpc", "full")
             main.options["rpc"] = rpc
-            return [f"{lv.monitor_config}.{main.name}.rpc {old} -> {rpc}"]
+            return [f"{file}.{main.name}.rpc {old} -> {rpc}"]
 
-        changed = await _uci_edit(self, self.path, edit)
-        if changed:
-            await run_reload(self.dev, lv.monitor_reload, "[levers] monitor_reload")
-            changed.append("applied: " + " ".join(lv.monitor_reload))
-        return changed
+        return await self.apply(edit)
