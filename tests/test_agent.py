@@ -261,6 +261,31 @@ def test_guard_refusals_reach_the_model_and_a_budget_refusal_stops(lab: Path, tm
     assert results[2]["is_error"] and over["code"] == "budget_exceeded"
 
 
+@pytest.mark.parametrize("door", [["chat", "-m", "hi"], ["loop", "--goal", "anything"]])
+def test_no_api_key_is_a_clear_error_before_the_lab_opens(lab: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          door: list[str]) -> None:
+    """No credentials anywhere the SDK looks (its env vars; an empty home stands for the profiles
+    on disk): `error:`/`remedy:` naming ANTHROPIC_API_KEY, exit 1, no traceback; no request is
+    sent and no transcript session is started (the lab is never opened)."""
+    for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_PROFILE", "ANTHROPIC_CONFIG_DIR",
+                "ANTHROPIC_IDENTITY_TOKEN", "ANTHROPIC_IDENTITY_TOKEN_FILE",
+                "ANTHROPIC_FEDERATION_RULE_ID", "ANTHROPIC_ORGANIZATION_ID"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the SDK's profiles live in ~/.config/anthropic
+    with _store(lab) as store:
+        before = len(store.sessions())
+    with MessagesStandIn([Turn(text="never reached")]) as api:
+        res = runner.invoke(app, [door[0], "--lab", str(lab), "--base-url", api.url, *door[1:]])
+    assert res.exit_code == 1, res.output
+    assert isinstance(res.exception, SystemExit), res.exception  # typer.Exit, not a traceback
+    assert "error: no API key: ANTHROPIC_API_KEY is not set" in res.output
+    assert "remedy: export ANTHROPIC_API_KEY=" in res.output
+    assert api.requests == []
+    with _store(lab) as store:
+        assert len(store.sessions()) == before
+
+
 def _called(tool: str, args: dict[str, Any], result: dict[str, Any]) -> ToolCalled:
     return ToolCalled.of(ToolCallRecord(tool=tool, args=args, ok=True, result=result))
 

@@ -1,5 +1,6 @@
-"""`labwarden call` through typer's runner, in-process, against the vlab: results, exit codes,
-and the clear errors of a bad profile, an unreachable DUT, a wrong host key, an unknown patch."""
+"""`labwarden call` and `labwarden report` through typer's runner, in-process, against the vlab:
+results, exit codes, a tool registered after import, and the clear errors of a bad profile, an
+unreachable DUT, a wrong host key, an unknown patch, an unknown session."""
 
 from __future__ import annotations
 
@@ -9,9 +10,16 @@ import socket
 from pathlib import Path
 
 import asyncssh
+import pytest
+from pydantic import BaseModel, Field
 from typer.testing import CliRunner
 
 from labwarden.cli.app import app
+from labwarden.core.events import ToolCalled
+from labwarden.core.spec import ToolSpec
+from labwarden.tools import registry
+from labwarden.tools.context import LabContext
+from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab.layout import VlabLayout
 
 runner = CliRunner()
@@ -82,3 +90,65 @@ def test_wrong_host_key_is_refused(vlab: VlabLayout, tmp_path: Path) -> None:
                 "lab_status")
     assert res.exit_code == 1
     assert "host key" in res.output.lower() and "remedy" in res.output
+
+
+class EchoInput(BaseModel):
+    word: str = Field(description="the word to say back", examples=["hello"])
+
+
+class EchoOutput(BaseModel):
+    said: str
+
+
+async def _echo(ctx: LabContext, inp: EchoInput) -> EchoOutput:
+    return EchoOutput(said=inp.word)
+
+
+ECHO = ToolSpec(name="echo_probe", description="say a word back (a throwaway tool of this test)",
+                input=EchoInput, output=EchoOutput, run=_echo, effect="host_only")
+
+
+def test_a_tool_registered_after_import_has_its_door(vlab: VlabLayout,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "echo_probe" not in runner.invoke(app, ["call", "--help"]).stdout
+    monkeypatch.setitem(registry.TOOLS, ECHO.name, ECHO)  # after the CLI was imported
+    listing = runner.invoke(app, ["call", "--help"]).stdout
+    assert "echo_probe" in listing and "say a word back" in listing and "lab_status" in listing
+    res = runner.invoke(app, ["call", "echo_probe", "--help"])
+    assert res.exit_code == 0 and "word: string (required) -- the word to say back" in res.stdout
+    assert "Effect: host_only; requires: nothing." in res.stdout and "Result fields: said" in res.stdout
+    res = _call(vlab.lab_toml, "echo_probe", '{"word": "hello"}')
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == {"said": "hello"}
+    res = _call(vlab.lab_toml, "echo_probe", "{}")
+    assert res.exit_code == 2 and "word" in res.output and "remedy:" in res.output
+    monkeypatch.delitem(registry.TOOLS, ECHO.name)
+    res = _call(vlab.lab_toml, "echo_probe", '{"word": "hello"}')
+    assert res.exit_code == 2 and "No such command 'echo_probe'" in res.output
+
+
+def test_report_door_writes_a_sessions_report(vlab: VlabLayout) -> None:
+    assert _call(vlab.lab_toml, "lab_status").exit_code == 0
+    with TranscriptStore(vlab.data_dir / "transcripts.db") as store:
+        sid = next(s.id for s in store.sessions()
+                   if any(isinstance(e.event, ToolCalled) for e in store.events(s.id)))
+    res = runner.invoke(app, ["report", sid, "--lab", str(vlab.lab_toml), "--title", "door test",
+                              "--name", "door"])
+    assert res.exit_code == 0, res.output
+    path = Path(res.stdout.strip())
+    assert path == vlab.data_dir / "reports" / "door.html"
+    assert "door test" in path.read_text()
+    res = runner.invoke(app, ["report", sid, "--lab", str(vlab.lab_toml), "--json"])
+    assert res.exit_code == 0, res.output
+    record = json.loads(res.stdout)
+    assert record["ok"] and record["args"]["session"] == sid
+    assert record["result"]["path"] == str(vlab.data_dir / "reports" / "report.html")
+
+
+def test_report_of_an_unknown_session_is_a_clear_error(vlab: VlabLayout) -> None:
+    res = runner.invoke(app, ["report", "no-such-session", "--lab", str(vlab.lab_toml)])
+    assert res.exit_code == 1
+    assert isinstance(res.exception, SystemExit), res.exception  # typer.Exit, not a traceback
+    assert "error: report failed (invalid_input): no session 'no-such-session'" in res.output
+    assert "remedy: " in res.output and "labwarden transcripts list" in res.output
+    assert res.stdout == ""

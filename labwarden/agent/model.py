@@ -139,6 +139,15 @@ class Model:
             except anthropic.AnthropicError as exc:
                 raise ModelUnavailable(str(exc), "set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for "
                                        "a proxy or a stand-in)") from exc
+            # the SDK accepts a client without credentials and fails at the first request (a
+            # TypeError from deep inside it): say so now, before anything else is opened
+            c = self.client
+            if c.api_key is None and c.auth_token is None and c.credentials is None:
+                raise ModelUnavailable(
+                    "no API key: ANTHROPIC_API_KEY is not set (nor ANTHROPIC_AUTH_TOKEN or an "
+                    "anthropic credentials profile)",
+                    "export ANTHROPIC_API_KEY=sk-ant-... (and ANTHROPIC_BASE_URL or --base-url for "
+                    "a proxy or a stand-in)")
 
     async def close(self) -> None:
         if self.client is not None:

@@ -1,30 +1,26 @@
 """`labwarden call TOOL '{json args}' --lab lab.toml [--json]`: one subcommand per registered
-tool, generated from its spec (no hand-written argument lists); `--help` shows the schema."""
+tool, generated from its spec (no hand-written argument lists); `--help` shows the schema.
+
+The subcommands are looked up in the registry when the command line is parsed, not when this
+module is imported: a tool registered later (a plugin, a test) has its door too.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated, Any
+from collections.abc import Callable, MutableMapping
+from typing import Annotated
 
+import click
 import typer
-from rich.console import Console
-from rich.markup import escape
+from typer.core import TyperGroup
 
-from labwarden.cli.common import DEFAULT_LAB, LabOpt, load_profile
+from labwarden.cli.common import DEFAULT_LAB, LabOpt, call_once, fail, fail_call, fail_on, load_profile, out
 from labwarden.core.call import ToolCallRecord
 from labwarden.core.errors import LabError
 from labwarden.core.spec import ToolSpec
-from labwarden.lab.config import LabProfile
-from labwarden.runtime.runner import call_tool
-from labwarden.runtime.session import open_lab
 from labwarden.tools import registry
-
-call_app = typer.Typer(help="Call one lab tool with JSON arguments (see `labwarden call TOOL --help`).",
-                       no_args_is_help=True, rich_markup_mode=None)
-err = Console(stderr=True)
-out = Console()
-
 
 
 def schema_help(spec: ToolSpec) -> str:
@@ -55,23 +51,11 @@ def _render(record: ToolCallRecord, as_json: bool) -> None:
         out.print_json(record.model_dump_json())
     elif record.ok:
         out.print_json(json.dumps(record.result))
-    if not record.ok and record.error is not None:
-        err.print(f"[red]{record.tool} failed ({record.error.kind}):[/red] {escape(record.error.message)}")
-        for line in record.error.lines:
-            err.print(f"  {line}", markup=False, highlight=False)
-        if record.error.remedy:
-            err.print(f"[yellow]remedy:[/yellow] {escape(record.error.remedy)}")
+    if not record.ok:
+        fail_call(record, 2 if record.error and record.error.kind == "invalid_input" else 1)
 
 
-async def _call(profile: LabProfile, name: str, args: dict[str, Any]) -> ToolCallRecord:
-    async def progress(done: float, total: float | None, message: str) -> None:
-        err.print(f"[dim]{name}: {message}[/dim]")
-
-    async with open_lab(profile, progress=progress) as ctx:
-        return await call_tool(ctx, name, args)
-
-
-def _make(spec: ToolSpec):  # type: ignore[no-untyped-def]
+def _door(name: str) -> Callable[..., None]:
     def command(
         args: Annotated[str, typer.Argument(help="JSON object of arguments")] = "{}",
         lab: LabOpt = DEFAULT_LAB,
@@ -80,25 +64,44 @@ def _make(spec: ToolSpec):  # type: ignore[no-untyped-def]
         try:
             parsed = json.loads(args)
         except json.JSONDecodeError as exc:
-            err.print(f"[red]error:[/red] arguments are not JSON: {exc}; e.g. '{{}}'")
-            raise typer.Exit(2) from None
+            fail(f"arguments are not JSON: {exc}", "pass one JSON object, e.g. '{}'", 2)
         if not isinstance(parsed, dict):
-            err.print("[red]error:[/red] arguments must be a JSON object, e.g. '{\"stations\": 18}'")
-            raise typer.Exit(2)
-        profile = load_profile(lab, err)
+            fail("arguments must be a JSON object", "e.g. '{\"stations\": 18}'", 2)
+        profile = load_profile(lab)
         try:
-            record = asyncio.run(_call(profile, spec.name, parsed))
+            record = asyncio.run(call_once(profile, name, parsed))
         except LabError as exc:  # unreachable DUT, wrong host key, a labgrid place held by someone
-            err.print(f"[red]error:[/red] {escape(exc.problem)}")
-            err.print(f"[yellow]remedy:[/yellow] {escape(exc.remedy)}")
-            raise typer.Exit(1) from None
+            fail_on(exc)
         _render(record, as_json)
-        if not record.ok:
-            raise typer.Exit(2 if record.error and record.error.kind == "invalid_input" else 1)
 
-    command.__doc__ = schema_help(spec)
     return command
 
 
-for _spec in registry.TOOLS.values():
-    call_app.command(_spec.name, help=schema_help(_spec))(_make(_spec))
+class ToolGroup(TyperGroup):
+    """The `call` group: its subcommands are the registry's tools at the moment they are asked
+    for (listing, --help, resolving TOOL), each built from the spec alone."""
+
+    @property  # type: ignore[override]
+    def commands(self) -> MutableMapping[str, click.Command]:
+        return {name: self._build(spec) for name, spec in registry.TOOLS.items()}
+
+    @commands.setter
+    def commands(self, value: MutableMapping[str, click.Command]) -> None:
+        """TyperGroup's __init__ stores the statically registered commands: there are none."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(registry.TOOLS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        spec = registry.TOOLS.get(cmd_name)
+        return self._build(spec) if spec is not None else None
+
+    def _build(self, spec: ToolSpec) -> click.Command:
+        # a one-command Typer yields that command (public API), rendered like its siblings
+        one = typer.Typer(rich_markup_mode=self.rich_markup_mode, add_completion=False)
+        one.command(spec.name, help=schema_help(spec))(_door(spec.name))
+        return typer.main.get_command(one)
+
+
+app = typer.Typer(cls=ToolGroup, no_args_is_help=True, rich_markup_mode=None,
+                  help="Call one lab tool with JSON arguments (see `labwarden call TOOL --help`).")

@@ -3,40 +3,32 @@
 from __future__ import annotations
 
 import getpass
-from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from labwarden.cli.common import DEFAULT_LAB, LabOpt, load_profile
+from labwarden.cli.common import DEFAULT_LAB, LabOpt, load_profile, out
 from labwarden.lab.boardstate import BoardState
-from labwarden.lab.config import LabProfile
 
-lab_app = typer.Typer(help="Lab administration by a person (board health).", no_args_is_help=True)
-out = Console()
-err = Console(stderr=True)
-
-def _profile(lab: Path) -> LabProfile:
-    return load_profile(lab, err)
+app = typer.Typer(help="Lab administration by a person (board health).", no_args_is_help=True)
 
 
-@lab_app.command("health")
+@app.command("health")
 def health(lab: LabOpt = DEFAULT_LAB) -> None:
     """Show the board's health (good / unknown / bad), why, and what was flashed and verified."""
-    state = BoardState.load(_profile(lab).data_dir())
+    state = BoardState.load(load_profile(lab).data_dir())
     out.print(f"board: {state.board_health}" + (f" ({escape(state.health_reason)})"
                                                  if state.health_reason else ""))
     out.print(f"flashed: {state.flashed_build}  verified: {state.verified_build}")
 
 
-@lab_app.command("clear-bad")
+@app.command("clear-bad")
 def clear_bad(lab: LabOpt = DEFAULT_LAB,
               reason: Annotated[str, typer.Option(help="what the person checked or fixed")] = "") -> None:
     """Clear a `bad` board after a person has inspected it. The board becomes `unknown`: a
     health check (flash a known image, then fingerprint_verify) still has to prove it."""
-    data_dir = _profile(lab).data_dir()
+    data_dir = load_profile(lab).data_dir()
     state = BoardState.load(data_dir)
     if state.board_health != "bad":
         out.print(f"board is {state.board_health}, not bad: nothing to clear")

@@ -1,4 +1,5 @@
-"""`labwarden run PLAYBOOK.toml`: run a playbook with a progress display and a summary table."""
+"""`labwarden run PLAYBOOK.toml`: run a playbook with a progress display and a summary table;
+`labwarden demo`: the same for seed 000's story, on a vlab brought up and down around it."""
 
 from __future__ import annotations
 
@@ -13,15 +14,17 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from labwarden.cli.common import DEFAULT_LAB, LabOpt, load_profile
+from labwarden.cli.common import DEFAULT_LAB, LabOpt, err, fail, fail_on, load_profile, out, show_failure
 from labwarden.core.call import ToolCallRecord
 from labwarden.core.errors import LabError
 from labwarden.lab.config import LabProfile
 from labwarden.playbook import model
 from labwarden.playbook.run import RunRecord, run
 from labwarden.runtime.session import open_lab
+from labwarden.vlab import control
 
-out = Console()
+PLAYBOOK = Path(__file__).resolve().parents[2] / "playbooks" / "vlab-hotspot.toml"
+DEMO_DIR = Path(".vlab") / "demo"
 
 
 def _parse_sets(sets: list[str]) -> dict[str, Any]:
@@ -55,9 +58,7 @@ async def execute(profile: LabProfile, book: model.Playbook, console: Console = 
         progress.console.print(f"  {mark} {step.id} ({step.tool}, {rec.duration_s:.1f} s)"
                                + (f": {escape(step.title)}" if step.title else ""))
         if not rec.ok and rec.error:
-            progress.console.print(f"    [red]{escape(rec.error.message)}[/red]")
-            if rec.error.remedy:
-                progress.console.print(f"    [yellow]remedy:[/yellow] {escape(rec.error.remedy)}")
+            show_failure(progress.console, rec.error.message, rec.error.remedy, indent="    ")
 
     with progress:
         async with open_lab(profile, progress=on_progress, client="playbook") as ctx:
@@ -116,6 +117,14 @@ def summary(rec: RunRecord) -> list[Table]:
     return tables
 
 
+def _report_and_tally(rec: RunRecord) -> None:
+    for table in summary(rec):
+        out.print(table)
+    report = next((s for s in rec.steps if s.tool == "report" and s.record.ok), None)
+    if report:
+        out.print(f"report: {report.record.result['path']}")  # type: ignore[index]
+
+
 def run_cmd(
     playbook: Annotated[Path, typer.Argument(help="playbook TOML, e.g. playbooks/vlab-hotspot.toml")],
     lab: LabOpt = DEFAULT_LAB,
@@ -124,22 +133,46 @@ def run_cmd(
 ) -> None:
     """Run a playbook: a deterministic sequence of tool calls (no model) through the same guard and
     transcript as any agent; prints each step, a summary, and the report path if it writes one."""
-    profile = load_profile(lab, out)
+    profile = load_profile(lab)
     try:
         book = model.load(playbook, _parse_sets(set_ or []))
     except model.PlaybookError as exc:
-        out.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+        fail(str(exc), "fix the named step or key (playbooks/vlab-hotspot.toml shows the format)", 2)
     try:
         rec = asyncio.run(execute(profile, book))
     except LabError as exc:  # the lab could not be opened: unreachable, host key, place held
-        out.print(f"[red]error:[/red] {escape(exc.problem)}\n[yellow]remedy:[/yellow] {escape(exc.remedy)}")
-        raise typer.Exit(1) from None
-    for table in summary(rec):
-        out.print(table)
-    report = next((s for s in rec.steps if s.tool == "report" and s.record.ok), None)
-    if report:
-        out.print(f"report: {report.record.result['path']}")  # type: ignore[index]
+        fail_on(exc)
+    _report_and_tally(rec)
     out.print(f"run {rec.id}: {len(rec.steps)} steps in {rec.duration_s:.0f} s; transcript session "
               f"{rec.session_id}" + ("" if rec.ok else f"; [red]stopped at {rec.stopped_at}[/red]"))
     raise typer.Exit(0 if rec.ok and not any(s.expectations for s in rec.steps) else 1)
+
+
+def demo(dir: Annotated[Path, typer.Option("--dir", help="vlab state directory")] = DEMO_DIR,
+         playbook: Annotated[Path, typer.Option(help="the story to run")] = PLAYBOOK,
+         window: Annotated[float, typer.Option(help="seconds per measurement window")] = 4.0,
+         reps: int = 3) -> None:
+    """Tell seed 000's story on the virtual lab: bring it up, run the vlab-hotspot playbook
+    (baseline, flame graph, attribution, trace fix, 0901, 0902, 0905 refuted, gates), print the
+    summary and the report path, and bring it down."""
+    try:
+        book = model.load(playbook, {"window_s": window, "reps": reps})
+    except model.PlaybookError as exc:
+        fail(str(exc), "pass --playbook with a valid playbook (playbooks/vlab-hotspot.toml)", 2)
+    try:
+        with err.status("vlab up") as st:
+            control.down(dir)
+            info = control.up(dir, progress=lambda m: st.update(f"vlab up: {m}"))
+        out.print(f"vlab up: firmware {info.git_hash[:12]}, ssh {info.ssh}, profile {info.lab_toml}")
+        rec = asyncio.run(execute(LabProfile.from_file(info.lab_toml), book))
+    except LabError as exc:  # the vlab would not come up, or its DUT would not answer
+        fail_on(exc)
+    finally:
+        stopped = control.down(dir)
+        err.print(f"vlab down: stopped {len(stopped)} process(es)")
+    _report_and_tally(rec)
+    db = Path(info.lab_toml).parent / "data" / "transcripts.db"
+    out.print(f"{len(rec.steps)} steps in {rec.duration_s:.0f} s; replay it: labwarden transcripts "
+              f"replay {rec.session_id} --db {db}")
+    if not rec.ok:
+        raise typer.Exit(1)

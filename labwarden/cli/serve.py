@@ -6,14 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from labwarden.cli.common import DEFAULT_LAB, LabOpt, load_profile
+from labwarden.cli.common import DEFAULT_LAB, LabOpt, err, fail, fail_on, load_profile
 from labwarden.server import http
 from labwarden.server.app import build_server
-
-err = Console(stderr=True)  # never stdout: on stdio, stdout is the protocol
 
 
 def serve(
@@ -27,7 +23,7 @@ def serve(
                                                     "lab's data dir)")] = None,
 ) -> None:
     """Serve every lab tool, resource and prompt over MCP; every call is guarded and logged."""
-    profile = load_profile(lab, err)
+    profile = load_profile(lab)  # failures go to stderr: on stdio, stdout is the protocol
     if http_bind is None:
         build_server(profile, client="mcp-stdio", transcript=transcript).run("stdio")
         return
@@ -36,11 +32,10 @@ def serve(
         token = http.read_token(token_file) if token_file else None
         http.check_bind(host, token)
         verifier = http.StaticTokenVerifier(token) if token else None
-    except (http.ServeError, OSError) as exc:
-        problem, remedy = (exc.problem, exc.remedy) if isinstance(exc, http.ServeError) \
-            else (str(exc), "check --token-file")
-        err.print(f"[red]error:[/red] {escape(problem)}\n[yellow]remedy:[/yellow] {escape(remedy)}")
-        raise typer.Exit(2) from None
+    except http.ServeError as exc:
+        fail_on(exc, 2)
+    except OSError as exc:
+        fail(str(exc), "check --token-file", 2)
     import uvicorn
 
     server = build_server(profile, client="mcp-http", transcript=transcript, token_verifier=verifier,

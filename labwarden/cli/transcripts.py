@@ -9,30 +9,22 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 from rich.text import Text
 
 from labwarden.cli import replay
+from labwarden.cli.common import err, fail, fail_on, out
 from labwarden.transcripts import export, timeline
 from labwarden.transcripts.audit import audit
 from labwarden.transcripts.store import DEFAULT_DB, TranscriptError, TranscriptStore
 
-transcripts_app = typer.Typer(help="Transcripts: every session's tool calls, guard decisions, model "
-                                   "calls and costs, hash-chained.", no_args_is_help=True)
-err = Console(stderr=True)
-out = Console()
+app = typer.Typer(help="Transcripts: every session's tool calls, guard decisions, model "
+                       "calls and costs, hash-chained.", no_args_is_help=True)
 
 DbOpt = Annotated[Path, typer.Option("--db", envvar="LABWARDEN_TRANSCRIPTS",
                                      help="transcript database (env LABWARDEN_TRANSCRIPTS)")]
 IdArg = Annotated[str, typer.Argument(help="session id, or a unique prefix of one")]
-
-
-def _fail(problem: str, remedy: str) -> None:
-    err.print(f"[red]error:[/red] {escape(problem)}")
-    err.print(f"[yellow]remedy:[/yellow] {escape(remedy)}")
-    raise typer.Exit(1)
 
 
 @contextmanager
@@ -41,12 +33,12 @@ def _open(db: Path) -> Iterator[TranscriptStore]:
         with TranscriptStore(db, create=False) as store:
             yield store
     except TranscriptError as exc:
-        _fail(exc.problem, exc.remedy)
+        fail_on(exc)
     except sqlite3.DatabaseError as exc:
-        _fail(f"{db}: {exc}", "check that --db names a labwarden transcript database")
+        fail(f"{db}: {exc}", "check that --db names a labwarden transcript database")
 
 
-@transcripts_app.command("list")
+@app.command("list")
 def list_cmd(db: DbOpt = DEFAULT_DB) -> None:
     """List sessions, newest first, with event counts and dollars."""
     with _open(db) as store:
@@ -60,7 +52,7 @@ def list_cmd(db: DbOpt = DEFAULT_DB) -> None:
     out.print(table if sessions else f"no sessions in {escape(str(db))}")
 
 
-@transcripts_app.command("show")
+@app.command("show")
 def show(session: IdArg, db: DbOpt = DEFAULT_DB,
          json_out: Annotated[bool, typer.Option("--json", help="the stored events as JSON")] = False) -> None:
     """Show a session's stored events: seq, time, kind, chain hashes."""
@@ -78,7 +70,7 @@ def show(session: IdArg, db: DbOpt = DEFAULT_DB,
     out.print(table)
 
 
-@transcripts_app.command("replay")
+@app.command("replay")
 def replay_cmd(session: IdArg, db: DbOpt = DEFAULT_DB) -> None:
     """Replay a session as a timeline: every call, decision, artifact and cost, with totals."""
     with _open(db) as store:
@@ -86,7 +78,7 @@ def replay_cmd(session: IdArg, db: DbOpt = DEFAULT_DB) -> None:
     out.print(replay.render(tl))
 
 
-@transcripts_app.command("audit")
+@app.command("audit")
 def audit_cmd(session: IdArg, db: DbOpt = DEFAULT_DB,
               checkpoint: Annotated[Path | None, typer.Option(
                   "--checkpoint", help="checkpoint file from `transcripts checkpoint` (detects truncation)",
@@ -103,20 +95,20 @@ def audit_cmd(session: IdArg, db: DbOpt = DEFAULT_DB,
         return
     for p in report.problems:
         out.print(f"[red]problem:[/red] {escape(p)}")
-    _fail(f"audit failed: first bad event is seq {report.first_bad_seq}"
+    fail(f"audit failed: first bad event is seq {report.first_bad_seq}"
           if report.first_bad_seq is not None else "audit failed",
           "the transcript was changed after it was written: keep the file as evidence, compare it with "
           "an exported copy (transcripts export) and do not trust events from the first bad seq on")
 
 
-@transcripts_app.command("export")
+@app.command("export")
 def export_cmd(session: IdArg, db: DbOpt = DEFAULT_DB,
                format: Annotated[str, typer.Option("--format", help="jsonl or html")] = "jsonl",
                output: Annotated[Path | None, typer.Option("-o", "--output", help="file (default stdout)")]
                = None) -> None:
     """Export a session as JSON Lines (events with hashes) or a self-contained HTML timeline."""
     if format not in export.FORMATS:
-        _fail(f"unknown format {format!r}", f"use --format {' or '.join(export.FORMATS)}")
+        fail(f"unknown format {format!r}", f"use --format {' or '.join(export.FORMATS)}")
     with _open(db) as store:
         sid = store.resolve(session)
         if format == "jsonl":
@@ -130,7 +122,7 @@ def export_cmd(session: IdArg, db: DbOpt = DEFAULT_DB,
         err.print(f"wrote {escape(str(output))}")
 
 
-@transcripts_app.command("checkpoint")
+@app.command("checkpoint")
 def checkpoint_cmd(session: IdArg,
                    output: Annotated[Path, typer.Option("-o", "--output", help="checkpoint file to write")],
                    db: DbOpt = DEFAULT_DB) -> None:

@@ -1,0 +1,131 @@
+"""`labwarden vlab ...`: bring the virtual lab up and down, hold stations, reboot it, measure
+its CPU curve, and show its state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from labwarden.cli.common import err, fail, fail_on, out
+from labwarden.vlab import control, curve
+
+app = typer.Typer(help="The virtual lab: a DUT of real processes, perf and SSH on loopback.",
+                  no_args_is_help=True)
+
+DEFAULT_VLAB_DIR = Path(".vlab")
+DirOpt = Annotated[Path, typer.Option("--dir", help="vlab state directory")]
+DensitiesOpt = Annotated[str, typer.Option(help="comma-separated station counts")]
+
+
+@app.command("up")
+def vlab_up(
+    dir: DirOpt = DEFAULT_VLAB_DIR,
+    port: Annotated[int, typer.Option(help="SSH port on 127.0.0.1 (0 = a free one)")] = 0,
+    patch: Annotated[list[str] | None, typer.Option(
+        help="build with this patch (id like 0901, or a path); repeatable")] = None,
+) -> None:
+    """Create the state dir, build and flash the firmware, start the DUT and its SSH endpoint,
+    and write lab.toml (the lab profile every other command takes with --lab)."""
+    try:
+        with err.status("vlab up") as st:
+            info = control.up(dir, port=port, patches=patch or [],
+                              progress=lambda msg: st.update(f"vlab up: {msg}"))
+    except control.VlabError as exc:
+        fail_on(exc)
+    for note in info.notes:
+        err.print(f"[yellow]note:[/yellow] {escape(note)}")
+    table = Table("what", "where", show_header=False)
+    table.add_row("state dir", info.root)
+    table.add_row("ssh", f"{info.ssh} (user root, key {info.client_key})")
+    table.add_row("lab profile", info.lab_toml)
+    table.add_row("firmware", f"git {info.git_hash[:12]}, build {info.build_id}")
+    table.add_row("processes", ", ".join(f"{k} {v}" for k, v in info.pids.items()))
+    out.print(table)
+    out.print(f"next: labwarden vlab associate 114 --dir {dir}   |   labwarden vlab down --dir {dir}")
+
+
+@app.command("status")
+def vlab_status(dir: DirOpt = DEFAULT_VLAB_DIR,
+                json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Show whether the vlab is up, its processes, running firmware, stations and tuning."""
+    st = control.status(dir)
+    if json_out:
+        out.print_json(st.model_dump_json())
+        return
+    if not st.up:
+        out.print(f"vlab in {st.root}: [red]down[/red]  (start it: labwarden vlab up --dir {dir})")
+        raise typer.Exit(1)
+    table = Table("what", "value", show_header=False)
+    table.add_row("ssh", f"127.0.0.1:{st.ssh_port} (dutd pid {st.dutd_pid})")
+    table.add_row("services", ", ".join(f"{k} {v or 'DOWN'}" for k, v in st.services.items()))
+    table.add_row("running", st.running_version or "?")
+    table.add_row("associated", json.dumps(st.associated))
+    if st.state:
+        table.add_row("governor / boost", f"{','.join(sorted(set(st.state.governors)))} / "
+                      f"{'on' if st.state.boost else 'off'}")
+        table.add_row("VAPs enabled", " ".join(st.state.vaps_enabled))
+        table.add_row("channels", " ".join(f"{k}={v}" for k, v in st.state.channels.items()))
+        hot = sorted({lvl for lvl in st.state.trace_levels.values()})
+        table.add_row("trace zone levels", " ".join(map(str, hot)))
+        table.add_row("stamon rpc", st.state.stamon_rpc)
+    out.print(table)
+
+
+@app.command("associate")
+def vlab_associate(stations: Annotated[int, typer.Argument(help="clients to hold; 0 = none")],
+                   dir: DirOpt = DEFAULT_VLAB_DIR) -> None:
+    """Hold N stations (round-robin over the enabled radios) through the station simulator."""
+    try:
+        counts = control.associate(dir, stations)
+    except control.VlabError as exc:
+        fail_on(exc)
+    out.print(" ".join(f"{k}={v}" for k, v in counts.items()))
+
+
+@app.command("reboot")
+def vlab_reboot(dir: DirOpt = DEFAULT_VLAB_DIR) -> None:
+    """Restart every DUT process and apply reboot drift (scaling VAPs off, channels auto,
+    governor schedutil, boost on, trace zones back to factory)."""
+    try:
+        st = control.reboot(dir)
+    except control.VlabError as exc:
+        fail_on(exc)
+    out.print(f"rebooted: services {st.services}")
+
+
+def _curve_table(points: list[curve.CurvePoint], title: str) -> Table:
+    table = Table("stations", "stad CPU % (mean)", "stdev", "samples", title=title)
+    for p in points:
+        table.add_row(str(p.stations), f"{p.cpu_mean:.1f}", f"{p.cpu_stdev:.2f}",
+                      " ".join(f"{s:.1f}" for s in p.samples))
+    return table
+
+
+@app.command("curve")
+def vlab_curve(dir: DirOpt = DEFAULT_VLAB_DIR, densities: DensitiesOpt = "18,60,114",
+               reps: int = 3, window: Annotated[float, typer.Option(help="seconds")] = 5.0) -> None:
+    """Measure stad CPU% at each station density on a running vlab (from /proc, CLK_TCK)."""
+    try:
+        dens = [int(d) for d in densities.split(",") if d.strip()]
+    except ValueError:
+        fail(f"--densities must be integers like 18,60,114, got {densities!r}",
+             "e.g. --densities 18,60,114", 2)
+    try:
+        with err.status("measuring") as st:
+            points = curve.measure_curve(str(dir), dens, reps=reps, window_s=window,
+                                         progress=lambda m: st.update(m))
+    except control.VlabError as exc:
+        fail_on(exc)
+    out.print(_curve_table(points, "stad CPU vs associated stations"))
+
+
+@app.command("down")
+def vlab_down(dir: DirOpt = DEFAULT_VLAB_DIR) -> None:
+    """Stop everything the vlab started; nothing is left running."""
+    stopped = control.down(dir)
+    out.print(f"vlab down: stopped {len(stopped)} process(es)")
