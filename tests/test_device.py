@@ -29,7 +29,7 @@ from labwarden.lab.dut.device import (
     RemoteFileError,
     Unreachable,
 )
-from labwarden.lab.dut.endpoint import SshTarget
+from labwarden.lab.dut.endpoint import SshEndpoint
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
@@ -37,13 +37,13 @@ pytestmark = pytest.mark.anyio
 
 
 
-def _target(layout: VlabLayout, **kw: object) -> SshTarget:
+def _target(layout: VlabLayout, **kw: object) -> SshEndpoint:
     fields: dict[str, object] = {
         "host": "127.0.0.1", "port": int(layout.ssh_port_file.read_text()),
         "key": str(layout.client_key),
         "host_key": Path(str(layout.host_key) + ".pub").read_text().strip()}
     fields.update(kw)
-    return SshTarget.model_validate(fields)
+    return SshEndpoint.model_validate(fields)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from labwarden.core.errors import LabError
-from labwarden.lab.dut.endpoint import SshTarget
+from labwarden.lab.dut.endpoint import SshEndpoint
 from labwarden.lab.host.builder import BuildRecipe
 from labwarden.lab.host.stasim import StasimLoad
 
@@ -43,8 +43,8 @@ class SshSection(_Strict):
                              "(e.g. host_key = \"ssh-ed25519 AAAA...\") or known_hosts")
         return self
 
-    def target(self) -> SshTarget:
-        return SshTarget(host=self.host, port=self.port, user=self.user,
+    def target(self) -> SshEndpoint:
+        return SshEndpoint(host=self.host, port=self.port, user=self.user,
                          key=str(Path(self.key).expanduser()), host_key=self.host_key,
                          known_hosts=str(Path(self.known_hosts).expanduser())
                          if self.known_hosts else None)
@@ -242,7 +242,7 @@ class LabProfile(_Strict):
         base = Path(self.source).parent if self.source and self.source != "<profile>" else Path.cwd()
         return base / "labwarden-data"
 
-    def ssh_target(self) -> SshTarget:
+    def ssh_target(self) -> SshEndpoint:
         """The SSH endpoint for the ssh backend (the labgrid backend resolves its own)."""
         if self.dut.ssh is None:
             raise ProfileError(self.source or "<profile>", ["dut.ssh is not set"],

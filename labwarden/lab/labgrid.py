@@ -2,7 +2,7 @@
 
 A local env names the endpoint itself (`NetworkService` + `SSHDriver`); an env with a `RemotePlace`
 gets it from the coordinator once the place is acquired (`labgrid_place.PlaceLease`). Either way the
-result is an `SshTarget`. Reads the env file; changes nothing, except `transition`, which runs the
+result is an `SshEndpoint`. Reads the env file; changes nothing, except `transition`, which runs the
 target's Strategy (it may power-cycle or flash the board).
 """
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from labwarden.core.errors import LabError
-from labwarden.lab.dut.endpoint import SshTarget
+from labwarden.lab.dut.endpoint import SshEndpoint
 
 if TYPE_CHECKING:
     from labgrid.config import Config
@@ -140,7 +140,7 @@ def _pick(named: dict[str | None, Any], wanted: str | None, what: str, key: str)
 
 
 def resolve_target(cfg: LabgridConfig, key_fallback: str | None = None, *,
-                   lease: PlaceLease | None = None) -> SshTarget:
+                   lease: PlaceLease | None = None) -> SshEndpoint:
     """The SSH endpoint of `cfg.target`: address, port, username from its NetworkService (for a
     RemotePlace: the one exported for the place `lease` holds), the key from SSHDriver `keyfile`."""
     env = load_env(cfg)
@@ -180,7 +180,7 @@ def resolve_target(cfg: LabgridConfig, key_fallback: str | None = None, *,
         raise LabgridError(f"{ns_key}.username is missing", "set `username: root` (or SSHDriver.username)")
     key = _keyfile(env, ssh_args, key_fallback, f"{base}.drivers.SSHDriver.keyfile")
     try:
-        return SshTarget(host=str(address).split("%", 1)[0], port=ns.get("port", 22), user=user, key=key,
+        return SshEndpoint(host=str(address).split("%", 1)[0], port=ns.get("port", 22), user=user, key=key,
                          host_key=_host_key(cfg.host_key))
     except ValidationError as exc:
         raise LabgridError(f"{ns_key}: {exc.errors()[0]['msg']} ({exc.errors()[0]['loc']})",
@@ -321,7 +321,7 @@ class PlaceLease:
         """How the coordinator names this lease's owner."""
         return f"{self.host}/{self.user}"
 
-    def target(self, key_fallback: str | None = None) -> SshTarget:
+    def target(self, key_fallback: str | None = None) -> SshEndpoint:
         return resolve_target(self.cfg, key_fallback, lease=self)
 
     async def __aenter__(self) -> PlaceLease:

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
 from labwarden.lab.dut.channel import Capture, ChannelBroken, ShellChannel, both, command_line, read_to_eof
-from labwarden.lab.dut.endpoint import SshTarget
+from labwarden.lab.dut.endpoint import SshEndpoint
 
 SIGNALS = ("STOP", "CONT", "TERM", "KILL", "HUP", "INT", "USR1", "USR2")
 """The only signal names `Device.signal` sends."""
@@ -86,7 +86,7 @@ class RemoteFileError(DeviceError):
     """A file operation on the DUT failed (missing, too large, permission, checksum)."""
 
 
-def _known_hosts(target: SshTarget) -> asyncssh.SSHKnownHosts | None:
+def _known_hosts(target: SshEndpoint) -> asyncssh.SSHKnownHosts | None:
     """The pinned key as a known_hosts object; None means 'read target.known_hosts at connect'."""
     if target.host_key is None:
         if target.known_hosts is None:
@@ -149,7 +149,7 @@ def _parse_sha256sum(stdout: str, paths: Sequence[str]) -> dict[str, str | None]
 class Device:
     """One DUT over SSH: a pinned-key connection, reconnected with backoff when it drops."""
 
-    def __init__(self, target: SshTarget, *, connect_timeout: float = 10, retries: int = 3):
+    def __init__(self, target: SshEndpoint, *, connect_timeout: float = 10, retries: int = 3):
         """`retries` is the number of connection attempts before Unreachable (at least one)."""
         self.target = target
         self.connect_timeout = connect_timeout
