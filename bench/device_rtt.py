@@ -30,7 +30,8 @@ import asyncssh
 from rich.console import Console
 from rich.table import Table
 
-from labwarden.lab.dut.device import CIPHERS, Device
+from labwarden.lab.dut.connection import CIPHERS
+from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.endpoint import SshEndpoint
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout

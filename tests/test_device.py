@@ -19,17 +19,17 @@ import anyio
 import asyncssh
 import pytest
 
-from labwarden.lab.dut.device import (
+from labwarden.lab.dut.device import Device
+from labwarden.lab.dut.endpoint import SshEndpoint
+from labwarden.lab.dut.errors import (
     AuthRefused,
     CommandFailed,
     CommandTimeout,
-    Device,
     DeviceError,
     HostKeyMismatch,
     RemoteFileError,
     Unreachable,
 )
-from labwarden.lab.dut.endpoint import SshEndpoint
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 

@@ -143,7 +143,7 @@ def loop(lab: LabOpt = options.DEFAULT_LAB,
     if goal is None and resume is None:
         goal = load(prompt_dir() / "overnight-loop.md").arguments[0]["default"]
     from labwarden.agent.model import ModelUnavailable
-    from labwarden.lab.dut.device import DeviceError
+    from labwarden.lab.dut.errors import DeviceError
 
     limits = Limits(budget_usd=budget_usd, until=deadline, max_turns=max_turns)
     try:

@@ -78,7 +78,7 @@ def chat(lab: LabOpt = options.DEFAULT_LAB, model: ModelOpt = options.DEFAULT_MO
              help="the question of the hunt-a-hotspot system prompt")] = None) -> None:
     """Talk to a Claude model that has the lab's tools (ANTHROPIC_API_KEY; every call logged and priced)."""
     profile, opts = options.load(console, lab, model, base_url)
-    from labwarden.lab.dut.device import DeviceError
+    from labwarden.lab.dut.errors import DeviceError
 
     try:
         limits = Limits(budget_usd=budget_usd, max_turns=max_turns)

@@ -110,7 +110,7 @@ async def datamodel_count(dev: Device, profile: LabProfile) -> dict[str, int]:
     res = await dev.run([profile.target.rpc_client, "--socket", profile.load.socket, "count"],
                         timeout=10)
     if res.exit_status != 0:
-        from labwarden.lab.dut.device import DeviceError
+        from labwarden.lab.dut.errors import DeviceError
 
         raise DeviceError(f"{profile.target.rpc_client} count failed: {res.stderr.strip()[:200]}",
                           f"is {profile.target.process} running? lab_status shows it")
@@ -126,7 +126,7 @@ _WRITE = ["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "lw-write"]
 async def _write(dev: Device, path: str, value: str) -> None:
     res = await dev.run([*_WRITE, value, path], timeout=10)
     if res.exit_status != 0:
-        from labwarden.lab.dut.device import DeviceError
+        from labwarden.lab.dut.errors import DeviceError
 
         raise DeviceError(f"cannot write {path}: {res.stderr.strip()[:200]}", "root on the DUT?")
 
@@ -169,7 +169,7 @@ async def pin_topology(dev: Device, profile: LabProfile) -> list[str]:
         await dev.write_file(path, uci.dumps(secs).encode())
         res = await dev.run(want.reload, timeout=60)
         if res.exit_status != 0:
-            from labwarden.lab.dut.device import DeviceError
+            from labwarden.lab.dut.errors import DeviceError
 
             raise DeviceError(f"{' '.join(want.reload)} failed: {res.stderr.strip()[:200]}",
                               "check [topology] reload in the profile")
@@ -198,7 +198,7 @@ async def _reload(dev: Device, argv: list[str]) -> None:
     if argv:
         res = await dev.run(argv, timeout=60)
         if res.exit_status != 0:
-            from labwarden.lab.dut.device import DeviceError
+            from labwarden.lab.dut.errors import DeviceError
 
             raise DeviceError(f"{' '.join(argv)} failed: {res.stderr.strip()[:200]}",
                               "check [levers] in the lab profile")

@@ -17,7 +17,7 @@ from labwarden.core.devtext import clean, untrusted_fields
 from labwarden.core.errors import LabError
 from labwarden.core.events import GuardDecision
 from labwarden.guardrails.refusal import Refused
-from labwarden.lab.dut.device import DeviceError
+from labwarden.lab.dut.errors import DeviceError
 from labwarden.tools import registry
 from labwarden.tools.context import LabContext
 

@@ -21,7 +21,8 @@ from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolSpec, describe
 from labwarden.lab.dut import procs as dutproc
 from labwarden.lab.dut import sampler
-from labwarden.lab.dut.device import Device, DeviceError
+from labwarden.lab.dut.device import Device
+from labwarden.lab.dut.errors import DeviceError
 from labwarden.lab.dut.helpers import ensure
 from labwarden.lab.dut.procs import ProcInstance
 from labwarden.lab.procfs import parse_stat

@@ -26,7 +26,7 @@ from labwarden.lab.conditions import snapshot
 from labwarden.lab.dut import procs as dutproc
 from labwarden.lab.dut import sampler
 from labwarden.lab.dut import uprobes as dutprobes
-from labwarden.lab.dut.device import RunResult
+from labwarden.lab.dut.commands import RunResult
 from labwarden.lab.host import tracefs as uprobes
 from labwarden.tools import associate
 from labwarden.tools.context import LabContext

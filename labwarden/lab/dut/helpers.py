@@ -18,7 +18,8 @@ from importlib import resources
 from pathlib import Path
 
 from labwarden.lab.config import LabProfile
-from labwarden.lab.dut.device import Device, DeviceError
+from labwarden.lab.dut.device import Device
+from labwarden.lab.dut.errors import DeviceError
 
 HELPERS = {"lw-pause": "lw_pause.c"}
 """Helper name (its file name on the DUT) -> C source in labwarden/dut/."""

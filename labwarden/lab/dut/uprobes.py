@@ -10,7 +10,8 @@ import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from labwarden.lab.dut.device import Device, DeviceError
+from labwarden.lab.dut.device import Device
+from labwarden.lab.dut.errors import DeviceError
 from labwarden.lab.host import tracefs as uprobes
 
 # $1 = line, $2 = file: append one line (tracefs needs O_APPEND, which `>>` gives)
@@ -70,7 +71,7 @@ async def _remove_all(dev: Device, events: str, names: list[str]) -> None:
 
 async def dut_available(dev: Device, tracefs: str) -> str | None:
     """None if the DUT can take uprobes now, else the reason (never blocks past a few seconds)."""
-    from labwarden.lab.dut.device import CommandTimeout
+    from labwarden.lab.dut.errors import CommandTimeout
 
     events = f"{tracefs.rstrip('/')}/uprobe_events"
     try:
