@@ -4,7 +4,7 @@ Device is the door; the work is done by its parts, one job each:
 connection.py (pin the host key, connect, reconnect with backoff), commands.py (argv on the
 persistent `/bin/sh` channel of channel.py, ~1 ms warm round trip, or a fresh SSH exec),
 files.py (SFTP), pids.py (pidof, signals). Every failure is a DeviceError (errors.py) whose
-`remedy` names the fix. Interface: labwarden/lab/DEVICE_CONTRACT.md.
+`remedy` names the fix. The interface, with its rules, is protocol.py's DutAccess.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from labwarden.lab.dut.files import Files
 
 
 class Device:
-    """One DUT over SSH: a pinned-key connection, reconnected with backoff when it drops."""
+    """One DUT over SSH: a pinned-key connection, reconnected with backoff when it drops.
+
+    Satisfies labwarden.lab.dut.protocol.DutAccess (tests/test_dut_protocol.py checks it)."""
 
     def __init__(self, target: SshEndpoint, *, connect_timeout: float = 10, retries: int = 3):
         """`retries` is the number of connection attempts before Unreachable (at least one).
