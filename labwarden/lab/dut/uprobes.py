@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from labwarden.lab.dut.device import Device
-from labwarden.lab.dut.errors import DeviceError
-from labwarden.lab.host import tracefs as uprobes
+from labwarden.lab.dut.errors import CommandTimeout, DeviceError
+from labwarden.lab.host.tracefs import GROUP, WEDGED, dynsym_offset, probe_line
 
 # $1 = line, $2 = file: append one line (tracefs needs O_APPEND, which `>>` gives)
 _APPEND = ["sh", "-c", 'printf "%s\\n" "$1" >> "$2"', "lw-uprobe"]
@@ -42,13 +42,13 @@ async def registered(dev: Device, tracefs: str, library: str, probes: dict[str, 
     try:
         for counter, func in probes.items():
             name = f"{counter}_{token}"
-            line = uprobes.probe_line(name, Path(library), uprobes.dynsym_offset(local, func))
+            line = probe_line(name, Path(library), dynsym_offset(local, func))
             res = await dev.run([*_APPEND, line, events], timeout=10)
             if res.exit_status != 0:
                 raise DeviceError(f"cannot register uprobe {counter} ({func}): {res.stderr.strip()[:200]}",
                                   f"is tracefs mounted at {tracefs} and are you root on the DUT?")
             done.append(name)
-        yield [f"{uprobes.GROUP}:{n}" for n in done]
+        yield [f"{GROUP}:{n}" for n in done]
     finally:
         if done:  # shielded: in a cancelled scope anyio cancels every await, clean-up included
             await asyncio.shield(_remove_all(dev, events, done))
@@ -64,20 +64,18 @@ async def _remove_all(dev: Device, events: str, names: list[str]) -> None:
     deadline = asyncio.get_running_loop().time() + REMOVE_GRACE_S
     for name in names:
         with contextlib.suppress(Exception):
-            while (await dev.run([*_APPEND, f"-:{uprobes.GROUP}/{name}", events], timeout=10)
+            while (await dev.run([*_APPEND, f"-:{GROUP}/{name}", events], timeout=10)
                    ).exit_status != 0 and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.05)
 
 
 async def dut_available(dev: Device, tracefs: str) -> str | None:
     """None if the DUT can take uprobes now, else the reason (never blocks past a few seconds)."""
-    from labwarden.lab.dut.errors import CommandTimeout
-
     events = f"{tracefs.rstrip('/')}/uprobe_events"
     try:
         res = await dev.exec(["cat", events], timeout=5, cap=0)
     except CommandTimeout:
-        return uprobes.WEDGED.format(events=events, t=5)
+        return WEDGED.format(events=events, t=5)
     if res.exit_status != 0:
         return f"{events} is not readable on the DUT: mount tracefs there, as root"
     if (await dev.run(["test", "-w", events])).exit_status != 0:
@@ -93,4 +91,4 @@ def counter_name(event: str) -> str:
 async def leftover(dev: Device, tracefs: str) -> list[str]:
     """labwarden's probes still registered (should be none outside a measurement)."""
     text = (await dev.read_file(f"{tracefs.rstrip('/')}/uprobe_events")).decode(errors="replace")
-    return [ln for ln in text.splitlines() if f"{uprobes.GROUP}/" in ln]
+    return [ln for ln in text.splitlines() if f"{GROUP}/" in ln]
