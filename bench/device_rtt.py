@@ -125,7 +125,7 @@ async def _measure(root: Path, n: int, console: Console) -> None:
     layout = VlabLayout.at(root)
     port = int(layout.ssh_port_file.read_text())
     target = SshEndpoint(host="127.0.0.1", port=port, key=str(layout.client_key),
-                       host_key=control.host_key_line(layout))
+                         host_key=control.host_key_line(layout))
     rows: dict[str, dict[str, tuple[float, float]]] = {}
     labgrid_note = ""
     load_before = os.getloadavg()

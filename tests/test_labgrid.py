@@ -83,7 +83,7 @@ def test_resolve_local_env(vlab: VlabLayout, tmp_path: Path) -> None:
     target = resolve_target(LabgridConfig(env=env, host_key=_host_pub(vlab)))
     # a relative keyfile is relative to the env file, as labgrid resolves it
     assert target == SshEndpoint(host="127.0.0.1", port=port, user="root", key=str(tmp_path / "keys" / "id"),
-                               host_key=Path(_host_pub(vlab)).read_text().strip())
+                                 host_key=Path(_host_pub(vlab)).read_text().strip())
 
 
 def test_missing_pieces_name_the_yaml_key(tmp_path: Path) -> None:
