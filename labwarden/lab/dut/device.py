@@ -26,7 +26,8 @@ class Device:
     Satisfies labwarden.lab.dut.protocol.DutAccess (tests/test_dut_protocol.py checks it)."""
 
     def __init__(self, target: SshEndpoint, *, connect_timeout: float = 10, retries: int = 3):
-        """`retries` is the number of connection attempts before Unreachable (at least one).
+        """`target` is the DUT's SSH endpoint (not the profile's `[target]`, the measured process);
+        `retries` is the number of connection attempts before Unreachable (at least one).
         A missing or malformed host key pin raises DeviceError here, before any connect."""
         self._connection = Connection(target, connect_timeout=connect_timeout, retries=retries)
         self._commands = Commands(self._connection)
