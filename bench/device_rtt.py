@@ -30,8 +30,9 @@ import asyncssh
 from rich.console import Console
 from rich.table import Table
 
-from labwarden.lab.dut.device import CIPHERS, Device
-from labwarden.lab.dut.endpoint import SshTarget
+from labwarden.lab.dut.connection import CIPHERS
+from labwarden.lab.dut.device import Device
+from labwarden.lab.dut.endpoint import SshEndpoint
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
@@ -123,8 +124,8 @@ def _labgrid_pin_holds(layout: VlabLayout, port: int, work: Path) -> str | None:
 async def _measure(root: Path, n: int, console: Console) -> None:
     layout = VlabLayout.at(root)
     port = int(layout.ssh_port_file.read_text())
-    target = SshTarget(host="127.0.0.1", port=port, key=str(layout.client_key),
-                       host_key=control.host_key_line(layout))
+    target = SshEndpoint(host="127.0.0.1", port=port, key=str(layout.client_key),
+                         host_key=control.host_key_line(layout))
     rows: dict[str, dict[str, tuple[float, float]]] = {}
     labgrid_note = ""
     load_before = os.getloadavg()

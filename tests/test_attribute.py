@@ -267,7 +267,7 @@ async def _drop_once(ctx: LabContext, pid: int) -> float:
     task = asyncio.create_task(call_tool(ctx, "attribute", DEAD_MAN))
     await _until(lambda: not _running(pid) or task.done(), 20)
     assert not task.done(), task.result()
-    conn = ctx.device._conn
+    conn = ctx.device._connection.current
     assert conn is not None
     watch = _ResumeWatch(pid, "connection dropped -> running")
     conn.abort()  # the TCP connection goes away as if the network dropped
@@ -301,8 +301,8 @@ async def test_drop_between_pause_and_window_is_an_error(lab: VlabLayout,
         nonlocal calls
         calls += 1
         if calls == 2:  # 1: the baseline before; 2: the window during the pause
-            assert dev._conn is not None
-            dev._conn.abort()
+            assert dev._connection.current is not None
+            dev._connection.current.abort()
             await asyncio.sleep(0.05)
         return await real_cpu(dev, target, seconds, clk)
 

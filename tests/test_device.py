@@ -19,17 +19,17 @@ import anyio
 import asyncssh
 import pytest
 
-from labwarden.lab.dut.device import (
+from labwarden.lab.dut.device import Device
+from labwarden.lab.dut.endpoint import SshEndpoint
+from labwarden.lab.dut.errors import (
     AuthRefused,
     CommandFailed,
     CommandTimeout,
-    Device,
     DeviceError,
     HostKeyMismatch,
     RemoteFileError,
     Unreachable,
 )
-from labwarden.lab.dut.endpoint import SshTarget
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
@@ -37,13 +37,13 @@ pytestmark = pytest.mark.anyio
 
 
 
-def _target(layout: VlabLayout, **kw: object) -> SshTarget:
+def _target(layout: VlabLayout, **kw: object) -> SshEndpoint:
     fields: dict[str, object] = {
         "host": "127.0.0.1", "port": int(layout.ssh_port_file.read_text()),
         "key": str(layout.client_key),
         "host_key": Path(str(layout.host_key) + ".pub").read_text().strip()}
     fields.update(kw)
-    return SshTarget.model_validate(fields)
+    return SshEndpoint.model_validate(fields)
 
 
 @pytest.fixture

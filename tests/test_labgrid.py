@@ -8,7 +8,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from labwarden.lab.dut.endpoint import SshTarget
+from labwarden.lab.dut.endpoint import SshEndpoint
 from labwarden.lab.labgrid import (
     LabgridConfig,
     LabgridError,
@@ -58,7 +58,7 @@ def _remote_env(tmp_path: Path, lab: LabgridLab, vlab: VlabLayout,
     return LabgridConfig(env=env, coordinator=lab.coordinator, host_key=_host_pub(vlab))
 
 
-async def _stad_version(target: SshTarget) -> str:
+async def _stad_version(target: SshEndpoint) -> str:
     # pinned: the host key the profile names, not known_hosts=None
     known = asyncssh.import_known_hosts(f"[{target.host}]:{target.port} {target.host_key}\n")
     async with asyncssh.connect(target.host, target.port, username=target.user,
@@ -82,8 +82,8 @@ def test_resolve_local_env(vlab: VlabLayout, tmp_path: Path) -> None:
                  f"    drivers:\n      SSHDriver:\n        keyfile: keys/id\n")
     target = resolve_target(LabgridConfig(env=env, host_key=_host_pub(vlab)))
     # a relative keyfile is relative to the env file, as labgrid resolves it
-    assert target == SshTarget(host="127.0.0.1", port=port, user="root", key=str(tmp_path / "keys" / "id"),
-                               host_key=Path(_host_pub(vlab)).read_text().strip())
+    assert target == SshEndpoint(host="127.0.0.1", port=port, user="root", key=str(tmp_path / "keys" / "id"),
+                                 host_key=Path(_host_pub(vlab)).read_text().strip())
 
 
 def test_missing_pieces_name_the_yaml_key(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from labwarden.core.errors import LabError
-from labwarden.lab.dut.endpoint import SshTarget
+from labwarden.lab.dut.endpoint import SshEndpoint
 
 
 class _Strict(BaseModel):
@@ -41,11 +41,11 @@ class SshSection(_Strict):
                              "(e.g. host_key = \"ssh-ed25519 AAAA...\") or known_hosts")
         return self
 
-    def target(self) -> SshTarget:
-        return SshTarget(host=self.host, port=self.port, user=self.user,
-                         key=str(Path(self.key).expanduser()), host_key=self.host_key,
-                         known_hosts=str(Path(self.known_hosts).expanduser())
-                         if self.known_hosts else None)
+    def endpoint(self) -> SshEndpoint:
+        return SshEndpoint(host=self.host, port=self.port, user=self.user,
+                           key=str(Path(self.key).expanduser()), host_key=self.host_key,
+                           known_hosts=str(Path(self.known_hosts).expanduser())
+                           if self.known_hosts else None)
 
 
 class LabgridSection(_Strict):
@@ -230,12 +230,12 @@ class LabProfile(_Strict):
         base = Path(self.source).parent if self.source and self.source != "<profile>" else Path.cwd()
         return base / "labwarden-data"
 
-    def ssh_target(self) -> SshTarget:
+    def ssh_endpoint(self) -> SshEndpoint:
         """The SSH endpoint for the ssh backend (the labgrid backend resolves its own)."""
         if self.dut.ssh is None:
             raise ProfileError(self.source or "<profile>", ["dut.ssh is not set"],
                                "use the labgrid backend's resolver")
-        return self.dut.ssh.target()
+        return self.dut.ssh.endpoint()
 
 
 class ProfileError(LabError):

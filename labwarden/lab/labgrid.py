@@ -1,9 +1,28 @@
-"""The labgrid backend: find a DUT's SSH endpoint in a labgrid env YAML, and drive its Strategy.
+"""labgrid as a DUT backend: find the DUT's SSH endpoint, hold its place, drive its Strategy.
 
-A local env names the endpoint itself (`NetworkService` + `SSHDriver`); an env with a `RemotePlace`
-gets it from the coordinator once the place is acquired (`labgrid_place.PlaceLease`). Either way the
-result is an `SshTarget`. Reads the env file; changes nothing, except `transition`, which runs the
-target's Strategy (it may power-cycle or flash the board).
+Finding the endpoint (`resolve_target`, reads the env YAML, changes nothing): a local env names
+it itself (`NetworkService` + `SSHDriver`); an env with a `RemotePlace` gets it from the
+coordinator once the place is acquired. Either way the result is an `SshEndpoint`.
+
+Holding a place for a session (`PlaceLease`): acquire the RemotePlace's place through the
+coordinator, release it at the end; for a local env the lease is a no-op. Changes coordinator
+state: the place is marked acquired by `host/user` until released (acquired places never expire,
+so a lease that is not released blocks everyone else).
+
+Driving a Strategy (`transition`): activate the target's Strategy and move it to a state; it may
+power-cycle or flash the board.
+
+labgrid runs its own event loop, which cannot run inside ours: every labgrid call runs in a
+thread of its own (`_labgrid_thread`), the lease's for a RemotePlace. labgrid is imported inside
+the functions that use it: any labgrid import costs ~0.2 s, and labgrid.remote.client also pulls
+in gRPC and replaces sys.excepthook.
+
+Why labgrid's ClientSession in-process, not `labgrid-client` subprocesses: the coordinator's
+answers arrive as data (who holds the place, which resources it exports) instead of English text
+on stderr that changes between releases; the identity is per lease instead of per process
+(LG_USERNAME); and a call takes ~10 ms instead of ~0.5 s of interpreter and gRPC start-up.
+The price is an API labgrid does not document; labgrid is pinned to 26.x and
+tests/test_labgrid.py drives it against a real coordinator and exporter.
 """
 
 from __future__ import annotations
@@ -25,15 +44,30 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from labwarden.core.errors import LabError
-from labwarden.lab.dut.endpoint import SshTarget
+from labwarden.lab.dut.endpoint import SshEndpoint
 
 if TYPE_CHECKING:
     from labgrid.config import Config
 
-    from labwarden.lab.labgrid import PlaceLease
+T = TypeVar("T")
+
 DEFAULT_COORDINATOR = "127.0.0.1:20408"
 """labgrid's own default when neither the profile, the env YAML nor LG_COORDINATOR name one."""
 
+START_TIMEOUT_S = 10.0
+"""How long to wait for the coordinator to answer a new session."""
+
+# labgrid's RemotePlaceManager is a process-wide singleton holding one session: a Target with a
+# RemotePlace must be built by one thread at a time, with that thread's session installed.
+_REMOTE_TARGET_LOCK = threading.Lock()
+
+
+def _labgrid_thread(cfg: LabgridConfig) -> ThreadPoolExecutor:
+    """A one-thread executor for labgrid calls about `cfg.target`."""
+    return ThreadPoolExecutor(1, thread_name_prefix=f"labgrid-{cfg.target}")
+
+
+# --- configuration and errors ---------------------------------------------------------------------
 
 class LabgridConfig(BaseModel, extra="forbid"):
     """The `labgrid` section of a lab profile."""
@@ -75,10 +109,12 @@ class PlaceBusy(LabgridError):
                 "place is released and retry")
 
 
+# --- the env YAML ---------------------------------------------------------------------------------
+
 @dataclass(frozen=True)
 class EnvTarget:
     """One target of an env YAML, parsed but not instantiated (instantiating a RemotePlace would
-    open a process-global coordinator session; see labgrid_place)."""
+    open a process-global coordinator session; see PlaceLease)."""
 
     path: str
     role: str
@@ -126,21 +162,10 @@ def load_env(cfg: LabgridConfig) -> EnvTarget:
     return EnvTarget(cfg.env, cfg.target, config, resources, raw_drivers)
 
 
-def _pick(named: dict[str | None, Any], wanted: str | None, what: str, key: str) -> Any:
-    """The one entry of `named`, or the one `wanted` names; the error names the YAML key."""
-    if wanted is not None:
-        if wanted not in named:
-            raise LabgridError(f"{key}: no {what} named '{wanted}' (found: {sorted(map(str, named))})",
-                               f"name an existing {what} in the binding, or rename the resource")
-        return named[wanted]
-    if len(named) > 1:
-        raise LabgridError(f"{key}: {len(named)} {what} resources ({sorted(map(str, named))}), which one?",
-                           f"bind SSHDriver to one: `bindings: {{networkservice: NAME}}` under {key}")
-    return next(iter(named.values()))
-
+# --- finding the SSH endpoint ---------------------------------------------------------------------
 
 def resolve_target(cfg: LabgridConfig, key_fallback: str | None = None, *,
-                   lease: PlaceLease | None = None) -> SshTarget:
+                   lease: PlaceLease | None = None) -> SshEndpoint:
     """The SSH endpoint of `cfg.target`: address, port, username from its NetworkService (for a
     RemotePlace: the one exported for the place `lease` holds), the key from SSHDriver `keyfile`."""
     env = load_env(cfg)
@@ -180,11 +205,24 @@ def resolve_target(cfg: LabgridConfig, key_fallback: str | None = None, *,
         raise LabgridError(f"{ns_key}.username is missing", "set `username: root` (or SSHDriver.username)")
     key = _keyfile(env, ssh_args, key_fallback, f"{base}.drivers.SSHDriver.keyfile")
     try:
-        return SshTarget(host=str(address).split("%", 1)[0], port=ns.get("port", 22), user=user, key=key,
-                         host_key=_host_key(cfg.host_key))
+        return SshEndpoint(host=str(address).split("%", 1)[0], port=ns.get("port", 22), user=user, key=key,
+                           host_key=_host_key(cfg.host_key))
     except ValidationError as exc:
         raise LabgridError(f"{ns_key}: {exc.errors()[0]['msg']} ({exc.errors()[0]['loc']})",
                            "fix the NetworkService fields (address: str, port: 1-65535)") from exc
+
+
+def _pick(named: dict[str | None, Any], wanted: str | None, what: str, key: str) -> Any:
+    """The one entry of `named`, or the one `wanted` names; the error names the YAML key."""
+    if wanted is not None:
+        if wanted not in named:
+            raise LabgridError(f"{key}: no {what} named '{wanted}' (found: {sorted(map(str, named))})",
+                               f"name an existing {what} in the binding, or rename the resource")
+        return named[wanted]
+    if len(named) > 1:
+        raise LabgridError(f"{key}: {len(named)} {what} resources ({sorted(map(str, named))}), which one?",
+                           f"bind SSHDriver to one: `bindings: {{networkservice: NAME}}` under {key}")
+    return next(iter(named.values()))
 
 
 def _keyfile(env: EnvTarget, ssh_args: dict[str, Any], fallback: str | None, key: str) -> str:
@@ -208,78 +246,11 @@ def _host_key(value: str | None) -> str | None:
                            "give the key itself ('ssh-ed25519 AAAA...') or an existing .pub file") from exc
 
 
-# labgrid's RemotePlaceManager is a process-wide singleton holding one session: a Target with a
-# RemotePlace must be built by one thread at a time, with that thread's session installed.
-_REMOTE_TARGET_LOCK = threading.Lock()
-
-
-async def transition(cfg: LabgridConfig, state: str, *, lease: PlaceLease | None = None) -> None:
-    """Activate the target's Strategy and `transition(state)` (e.g. flash), in a labgrid thread:
-    the lease's thread for a RemotePlace (required then), else a thread of its own."""
-    if lease is not None:
-        await lease.run_with_session(lambda session: _transition_sync(cfg, state, session))
-        return
-    if load_env(cfg).remote_place is not None:
-        raise LabgridError(f"{cfg.env}: target {cfg.target} uses a RemotePlace: a transition needs the place",
-                           "call transition(cfg, state, lease=lease) inside `async with PlaceLease(cfg)`")
-    with ThreadPoolExecutor(1, thread_name_prefix=f"labgrid-{cfg.target}") as pool:
-        await asyncio.wrap_future(pool.submit(_transition_sync, cfg, state, None))
-
-
-def _transition_sync(cfg: LabgridConfig, state: str, session: Any | None) -> None:
-    from labgrid import Environment
-    from labgrid.exceptions import NoDriverFoundError
-    from labgrid.resource.remote import RemotePlaceManager
-
-    env = Environment(config_file=cfg.env)
-    with _REMOTE_TARGET_LOCK:
-        manager = RemotePlaceManager.get()
-        if session is not None:
-            # what labgrid-client does before building a target: install our session (and identity)
-            manager.session, manager.loop = session, session.loop
-        try:
-            target = env.get_target(cfg.target)
-            if target is None:
-                raise LabgridError(f"{cfg.env}: no target '{cfg.target}'", "set `target:` in the profile")
-            try:
-                try:
-                    strategy = target.get_driver("Strategy")
-                except NoDriverFoundError as exc:
-                    raise LabgridError(f"{cfg.env}: targets.{cfg.target}.drivers has no Strategy",
-                                       "add a Strategy driver, or flash another way") from exc
-                strategy.transition(state)
-            finally:
-                target.cleanup()
-        finally:
-            if session is not None:
-                # the session closes after this call: leave no stale session or resources behind
-                manager.session = manager.loop = None
-                manager.resources.clear()
-                manager.unmanaged_resources.clear()
-
-
-# --- holding a place for a session ---------------------------------------------------------
-# Hold a labgrid place for a session: acquire it through the coordinator, release it at the end.
-#
-# Only an env whose target has a `RemotePlace` has a place to hold; for a local env the lease is a
-# no-op. Changes coordinator state: the place is marked acquired by `host/user` until released
-# (acquired places never expire, so a lease that is not released blocks everyone else).
-#
-# Why labgrid's ClientSession in-process, not `labgrid-client` subprocesses: the coordinator's
-# answers arrive as data (who holds the place, which resources it exports) instead of English text
-# on stderr that changes between releases; the identity is per lease instead of per process
-# (LG_USERNAME); and a call takes ~10 ms instead of ~0.5 s of interpreter and gRPC start-up.
-# The price is an API labgrid does not document; labgrid is pinned to 26.x and
-# tests/test_labgrid.py drives it against a real coordinator and exporter.
-T = TypeVar("T")
-
-START_TIMEOUT_S = 10.0
-"""How long to wait for the coordinator to answer a new session."""
-
+# --- holding a place for a session ----------------------------------------------------------------
 
 @functools.cache
 def _session_class() -> type:
-    # imported late: labgrid.remote.client pulls in gRPC (~0.4 s) and replaces sys.excepthook
+    # imported late (see the module docstring): pulls in gRPC, replaces sys.excepthook
     import attr
     from labgrid.remote.client import ClientSession
 
@@ -321,7 +292,7 @@ class PlaceLease:
         """How the coordinator names this lease's owner."""
         return f"{self.host}/{self.user}"
 
-    def target(self, key_fallback: str | None = None) -> SshTarget:
+    def target(self, key_fallback: str | None = None) -> SshEndpoint:
         return resolve_target(self.cfg, key_fallback, lease=self)
 
     async def __aenter__(self) -> PlaceLease:
@@ -358,7 +329,7 @@ class PlaceLease:
         A session per call, not one per lease: labgrid's gRPC stream only makes progress while its
         loop runs, and between calls nothing would run it; an acquired place needs no connection."""
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"labgrid-{self.cfg.target}")
+            self._executor = _labgrid_thread(self.cfg)
         future = self._executor.submit(self._in_session, fn)
         try:
             return await asyncio.wrap_future(future)
@@ -455,3 +426,50 @@ class PlaceLease:
                                f"`LG_USERNAME={self.user} labgrid-client -p {self.place} release`") from exc
         self.held = False
         self.exported = {}
+
+
+# --- driving a Strategy ---------------------------------------------------------------------------
+
+async def transition(cfg: LabgridConfig, state: str, *, lease: PlaceLease | None = None) -> None:
+    """Activate the target's Strategy and `transition(state)` (e.g. flash), in a labgrid thread:
+    the lease's thread for a RemotePlace (required then), else a thread of its own."""
+    if lease is not None:
+        await lease.run_with_session(lambda session: _transition_sync(cfg, state, session))
+        return
+    if load_env(cfg).remote_place is not None:
+        raise LabgridError(f"{cfg.env}: target {cfg.target} uses a RemotePlace: a transition needs the place",
+                           "call transition(cfg, state, lease=lease) inside `async with PlaceLease(cfg)`")
+    with _labgrid_thread(cfg) as pool:
+        await asyncio.wrap_future(pool.submit(_transition_sync, cfg, state, None))
+
+
+def _transition_sync(cfg: LabgridConfig, state: str, session: Any | None) -> None:
+    from labgrid import Environment
+    from labgrid.exceptions import NoDriverFoundError
+    from labgrid.resource.remote import RemotePlaceManager
+
+    env = Environment(config_file=cfg.env)
+    with _REMOTE_TARGET_LOCK:
+        manager = RemotePlaceManager.get()
+        if session is not None:
+            # what labgrid-client does before building a target: install our session (and identity)
+            manager.session, manager.loop = session, session.loop
+        try:
+            target = env.get_target(cfg.target)
+            if target is None:
+                raise LabgridError(f"{cfg.env}: no target '{cfg.target}'", "set `target:` in the profile")
+            try:
+                try:
+                    strategy = target.get_driver("Strategy")
+                except NoDriverFoundError as exc:
+                    raise LabgridError(f"{cfg.env}: targets.{cfg.target}.drivers has no Strategy",
+                                       "add a Strategy driver, or flash another way") from exc
+                strategy.transition(state)
+            finally:
+                target.cleanup()
+        finally:
+            if session is not None:
+                # the session closes after this call: leave no stale session or resources behind
+                manager.session = manager.loop = None
+                manager.resources.clear()
+                manager.unmanaged_resources.clear()

@@ -48,7 +48,7 @@ async def open_lab(profile: LabProfile, progress: ProgressFn = no_progress,
             await stack.enter_async_context(lease)  # acquired for the session, released after
             target = lease.target()
         else:
-            target = profile.ssh_target()
+            target = profile.ssh_endpoint()
         device = Device(target)
         if connect:
             await stack.enter_async_context(device)
@@ -65,6 +65,7 @@ async def open_lab(profile: LabProfile, progress: ProgressFn = no_progress,
             holder = f"{user or getpass.getuser()}@{socket.gethostname()}/{ctx.session_id}"
             ctx.guard = Guard(GuardContext(profile=profile, device=device, board=ctx.board), holder)
             stack.push_async_callback(_close_session, ctx)
+        stack.push_async_callback(ctx.settle)  # runs first: clean-ups finish on a live connection
         yield ctx
 
 

@@ -20,7 +20,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolSpec, describe
 from labwarden.lab.dut import procs, sampler
-from labwarden.lab.dut.device import Device, DeviceError
+from labwarden.lab.dut.device import Device
+from labwarden.lab.dut.errors import DeviceError
 from labwarden.lab.dut.helpers import ensure
 from labwarden.lab.dut.procs import ProcInstance
 from labwarden.lab.procfs import parse_stat
@@ -224,7 +225,7 @@ async def run(ctx: LabContext, inp: AttributeInput) -> AttributeOutput:
         if not released:  # failure or cancellation: the pause must not outlive this call
             outcome = "could not be verified (DUT unreachable?)"
             with contextlib.suppress(Exception):
-                ok, _, by = await asyncio.shield(_release(dev, inst, pause, notes))
+                ok, _, by = await ctx.shielded(_release(dev, inst, pause, notes))
                 outcome = f"resumed ({by})" if ok else "STILL STOPPED: SIGCONT did not help"
             # no await here: the progress sink may be gone when the call was cancelled
             ctx.messages.append(f"attribute aborted: {inp.suspect} (pid {inst.pid}) {outcome}"

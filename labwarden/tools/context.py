@@ -8,17 +8,21 @@ module globals). The guard is not here: tools never see it (runtime/session.py h
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from labwarden.lab.boardstate import BoardState, BoardStateFile
 from labwarden.lab.config import LabProfile
 from labwarden.lab.dut.device import Device
 from labwarden.transcripts.store import TranscriptStore
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 ProgressFn = Callable[[float, float | None, str], Awaitable[None]]
 current_progress: ContextVar[ProgressFn | None] = ContextVar("labwarden_progress", default=None)
 """Per-call progress sink (an MCP request's ctx.report_progress); concurrent calls each get
@@ -41,9 +45,30 @@ class LabContext:
     facts: dict[str, Any] = field(default_factory=dict)
     """What the session learnt once about the DUT (e.g. whether it takes uprobes)."""
     board: BoardStateFile = field(init=False, repr=False)
+    _cleanups: set[asyncio.Future[Any]] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.board = BoardStateFile(self.data_dir)
+
+    async def shielded(self, aw: Awaitable[T]) -> T:
+        """Run a clean-up that must finish even when the call is cancelled (anyio cancels every
+        await in a cancelled scope, clean-up included): as a task of its own, which the session
+        waits for before it closes the DUT connection, and whose failure after its caller was
+        cancelled is logged, never lost in an unretrieved task."""
+        task = asyncio.ensure_future(aw)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanup_done)
+        return await asyncio.shield(task)
+
+    def _cleanup_done(self, task: asyncio.Future[Any]) -> None:
+        self._cleanups.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # retrieved here, logged
+            log.warning("a shielded clean-up failed: %s", task.exception())
+
+    async def settle(self, timeout: float = 30.0) -> None:
+        """Wait (bounded) for shielded clean-ups still running; called before the session closes."""
+        if self._cleanups:
+            await asyncio.wait(set(self._cleanups), timeout=timeout)
 
     @property
     def state(self) -> BoardState:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolSpec, describe
 from labwarden.lab.dut import procs
-from labwarden.lab.dut.device import DeviceError
+from labwarden.lab.dut.errors import DeviceError
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
 

@@ -24,7 +24,7 @@ from labwarden.core.spec import ToolSpec, describe
 from labwarden.lab import perfcount
 from labwarden.lab.conditions import snapshot
 from labwarden.lab.dut import datamodel, procs, sampler, uprobes
-from labwarden.lab.dut.device import RunResult
+from labwarden.lab.dut.commands import RunResult
 from labwarden.tools import associate
 from labwarden.tools.context import LabContext
 
@@ -150,7 +150,7 @@ def _maybe_probes(ctx: LabContext, probes: dict[str, str]):  # type: ignore[no-u
         return _NoProbes()
     prof = ctx.profile
     return uprobes.registered(ctx.device, prof.dut.paths.tracefs, prof.target.library, probes,
-                                ctx.data_dir / "symcache")
+                              ctx.data_dir / "symcache", shield=ctx.shielded)
 
 
 def _counters(stat: RunResult, window_s: float) -> dict[str, float]:
@@ -204,7 +204,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
         results = await asyncio.gather(*jobs)
     except BaseException:
         if perf:  # cancelled or failed mid-window: leave no perf.data behind on the DUT
-            await asyncio.shield(dev.run(["rm", "-f", remote]))
+            await ctx.shielded(dev.run(["rm", "-f", remote]))
         raise
     duration = time.monotonic() - t0
     sampled = sampler.parse(results[0].stdout)
@@ -223,7 +223,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
             await dev.get(remote, local)
             perf_path, perf_bytes = str(local), local.stat().st_size
         finally:  # shielded, as above: also when cancelled during the download
-            await asyncio.shield(dev.run(["rm", "-f", remote]))
+            await ctx.shielded(dev.run(["rm", "-f", remote]))
     end_count = (await datamodel.count(dev, prof)).get("total", -1)
     clk = cond.clk_tck or 100
     return Window(rep=rep, started_at=started, duration_s=round(duration, 3),

@@ -8,7 +8,6 @@ which is what symbolize and the unknown-frame gate need.
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 from datetime import UTC, datetime
 
@@ -78,7 +77,7 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
                 clients_held=all(w.datamodel_start == n == w.datamodel_end for w in rec.windows)))
     finally:  # shielded: a cancelled sweep (anyio cancels every await in its scope) must still
         # leave the DUT with no clients
-        await asyncio.shield(associate.run(ctx, associate.AssociateInput(stations=0)))
+        await ctx.shielded(associate.run(ctx, associate.AssociateInput(stations=0)))
     cleanup = (await datamodel.count(ctx.device, ctx.profile)).get("total", -1)
     record = SweepRecord(id=sid, label=inp.label, started_at=started, window_s=inp.window_s, reps=inp.reps,
                          build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,

@@ -4,7 +4,8 @@ profile's RPC client: the source of truth that associate, sweep and the gates ch
 from __future__ import annotations
 
 from labwarden.lab.config import LabProfile
-from labwarden.lab.dut.device import Device, DeviceError
+from labwarden.lab.dut.device import Device
+from labwarden.lab.dut.errors import DeviceError
 
 
 async def count(dev: Device, profile: LabProfile) -> dict[str, int]:

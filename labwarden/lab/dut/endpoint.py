@@ -5,8 +5,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class SshTarget(BaseModel):
-    """An SSH endpoint with a pinned host key. Backends differ only in how they find it."""
+class SshEndpoint(BaseModel):
+    """An SSH endpoint of a DUT (address, login, pinned host key); backends differ only in how they
+    find it. Not to be confused with `[target]` in the lab profile: that is the measured process."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

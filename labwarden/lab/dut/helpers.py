@@ -1,4 +1,5 @@
-"""DUT-side helpers (labwarden/dut/*.c): compiled on the host, uploaded to the DUT's tmp dir.
+"""DUT-side helpers (C sources beside this module: lw_pause.c): built on the host, uploaded to
+the DUT's tmp dir.
 
 A helper is built once per (source, compiler) into the lab's data dir and uploaded by SFTP only
 when the DUT's copy is missing or its sha256 differs, so repeated calls cost one `sha256sum`.
@@ -18,10 +19,11 @@ from importlib import resources
 from pathlib import Path
 
 from labwarden.lab.config import LabProfile
-from labwarden.lab.dut.device import Device, DeviceError
+from labwarden.lab.dut.device import Device
+from labwarden.lab.dut.errors import DeviceError
 
 HELPERS = {"lw-pause": "lw_pause.c"}
-"""Helper name (its file name on the DUT) -> C source in labwarden/dut/."""
+"""Helper name (its file name on the DUT) -> C source in this package (labwarden/lab/dut/)."""
 
 CFLAGS = ("-O2", "-Wall", "-Wextra", "-std=gnu99")
 

@@ -7,7 +7,8 @@ import time
 
 from pydantic import BaseModel
 
-from labwarden.lab.dut.device import Device, DeviceError
+from labwarden.lab.dut.device import Device
+from labwarden.lab.dut.errors import DeviceError
 from labwarden.lab.procfs import parse_stat
 
 

@@ -7,11 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from labwarden.lab import elfsym, perfcount
-from labwarden.lab.dut.device import Device, DeviceError
+from labwarden.lab.dut.device import Device
+from labwarden.lab.dut.errors import CommandTimeout, DeviceError
+
+Shield = Callable[[Awaitable[None]], Awaitable[None]]
+"""How a removal is protected from cancellation: asyncio.shield, or a session's tracked shield
+(LabContext.shielded) so the session waits for it before closing the connection."""
 
 # $1 = line, $2 = file: append one line (tracefs needs O_APPEND, which `>>` gives)
 _APPEND = ["sh", "-c", 'printf "%s\\n" "$1" >> "$2"', "lw-uprobe"]
@@ -30,7 +35,7 @@ async def _local_copy(dev: Device, remote: str, cache: Path) -> Path:
 
 @contextlib.asynccontextmanager
 async def registered(dev: Device, tracefs: str, library: str, probes: dict[str, str],
-                     cache: Path) -> AsyncIterator[list[str]]:
+                     cache: Path, shield: Shield = asyncio.shield) -> AsyncIterator[list[str]]:
     """Register {counter: function} on `library`; yields perf event names
     `labwarden:counter_<token>` (strip with `counter_name`). tracefs is global to the kernel: the
     token keeps two sessions on one host (several vlabs) from colliding on a name."""
@@ -50,7 +55,7 @@ async def registered(dev: Device, tracefs: str, library: str, probes: dict[str, 
         yield [f"{perfcount.GROUP}:{n}" for n in done]
     finally:
         if done:  # shielded: in a cancelled scope anyio cancels every await, clean-up included
-            await asyncio.shield(_remove_all(dev, events, done))
+            await shield(_remove_all(dev, events, done))
 
 
 REMOVE_GRACE_S = 3.0
@@ -70,8 +75,6 @@ async def _remove_all(dev: Device, events: str, names: list[str]) -> None:
 
 async def dut_available(dev: Device, tracefs: str) -> str | None:
     """None if the DUT can take uprobes now, else the reason (never blocks past a few seconds)."""
-    from labwarden.lab.dut.device import CommandTimeout
-
     events = f"{tracefs.rstrip('/')}/uprobe_events"
     try:
         res = await dev.exec(["cat", events], timeout=5, cap=0)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from labwarden.lab.dut.device import Device, DeviceError
+from labwarden.lab.dut.device import Device
+from labwarden.lab.dut.errors import DeviceError
 from labwarden.lab.host.builder import BuildManifest, elf_build_id
 
 DEBUG_DIR = "usr/lib/debug/.build-id"

@@ -15,7 +15,8 @@ from labwarden.core.devtext import DeviceText
 from labwarden.core.events import RefusalCode
 from labwarden.core.spec import Requirement
 from labwarden.lab.config import LabProfile
-from labwarden.lab.dut.device import Device, DeviceError
+from labwarden.lab.dut.device import Device
+from labwarden.lab.dut.errors import DeviceError
 
 
 class KnobState(BaseModel):

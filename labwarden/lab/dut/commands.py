@@ -1,0 +1,182 @@
+"""Commands on a DUT: argv on the persistent shell channel (the hot path, serialised) or as a
+fresh SSH exec, each with a timeout and a cap on kept output; and waiting until the DUT answers.
+
+The channel's wire format is channel.py's; this module decides when a channel is opened, dropped
+(on timeout, breakage or cancellation: a half-read reply must never reach the next request) and
+which DeviceError a failure becomes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import signal as _signal
+import time
+from collections.abc import Sequence
+
+import asyncssh
+from pydantic import BaseModel, Field
+
+from labwarden.lab.dut.channel import Capture, ChannelBroken, ShellChannel, both, command_line, read_to_eof
+from labwarden.lab.dut.connection import Connection
+from labwarden.lab.dut.errors import (
+    AuthRefused,
+    CommandFailed,
+    CommandTimeout,
+    ConnectionLost,
+    DeviceError,
+    HostKeyMismatch,
+    Unreachable,
+)
+
+
+class RunResult(BaseModel):
+    """What one command did on the DUT."""
+
+    argv: list[str]
+    exit_status: int = Field(description="exit status; 128+N when killed by signal N")
+    stdout: str = Field(description="decoded utf-8 (errors='replace'), at most `cap` bytes of it")
+    stderr: str = Field(description="decoded like stdout, capped likewise")
+    stdout_bytes: int = Field(description="total bytes the command wrote to stdout (before the cap)")
+    stderr_bytes: int = Field(description="total bytes the command wrote to stderr (before the cap)")
+    truncated: bool = Field(description="either stream was longer than the cap")
+    duration_s: float
+
+
+def _describe(argv: Sequence[str]) -> str:
+    text = shlex.join(argv)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_limits(timeout: float, cap: int) -> None:
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+        raise ValueError(f"cap must be an int >= 0 (bytes kept per stream), got {cap!r}")
+
+
+def _result(argv: Sequence[str], status: int, out: Capture, err: Capture, t0: float) -> RunResult:
+    return RunResult(argv=list(argv), exit_status=status, stdout=out.text(), stderr=err.text(),
+                     stdout_bytes=out.total, stderr_bytes=err.total,
+                     truncated=out.truncated or err.truncated, duration_s=time.monotonic() - t0)
+
+
+class Commands:
+    """Runs argv on the DUT behind `connection`; owns the persistent channel."""
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self.addr = connection.addr
+        self._channel: ShellChannel | None = None  # unusable once its connection closes
+        self._lock = asyncio.Lock()
+
+    async def run(self, argv: Sequence[str], *, timeout: float = 30, cap: int = 65536,
+                  check: bool = False) -> RunResult:
+        """Run argv on the persistent channel (literally: no shell parses it); serialised."""
+        command_line(argv)  # validate before touching the DUT
+        _check_limits(timeout, cap)
+        conn = await self.connection.ensure()
+        async with self._lock:
+            t0 = time.monotonic()
+            try:
+                async with asyncio.timeout(timeout):
+                    if self._channel is None or not self._channel.usable:
+                        self.close()
+                        self._channel = await ShellChannel.open(conn)
+                    status, out, err = await self._channel.request(argv, cap)
+            except TimeoutError as exc:
+                self.close()
+                raise self._timeout(argv, timeout, "its channel was closed") from exc
+            except (ChannelBroken, asyncssh.Error, OSError) as exc:
+                self.close()
+                raise self._lost(argv, exc) from exc
+            except asyncio.CancelledError:  # a half-read reply must not leak into the next request
+                self.close()
+                raise
+        result = _result(argv, status, out, err, t0)
+        if check and status != 0:
+            raise CommandFailed(f"`{_describe(argv)}` exited {status} on {self.addr}: "
+                                f"{result.stderr.strip()[-300:]}",
+                                "see stderr above; run it with check=False to inspect the result")
+        return result
+
+    async def exec(self, argv: Sequence[str], *, timeout: float = 30, cap: int = 65536) -> RunResult:
+        """Run argv as a fresh SSH exec (for long or background work); stdin is empty."""
+        line = command_line(argv)
+        _check_limits(timeout, cap)
+        conn = await self.connection.ensure()
+        out, err = Capture(cap), Capture(cap)
+        t0 = time.monotonic()
+        proc: asyncssh.SSHClientProcess[bytes] | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                proc = await conn.create_process(line, encoding=None)
+                proc.stdin.write_eof()
+                await both(read_to_eof(proc.stdout, out), read_to_eof(proc.stderr, err))
+                await proc.wait_closed()
+        except TimeoutError as exc:
+            if proc is not None:
+                proc.close()
+            raise self._timeout(argv, timeout, "its session was closed") from exc
+        except (asyncssh.Error, OSError) as exc:
+            if proc is not None:
+                proc.close()
+            raise self._lost(argv, exc) from exc
+        except asyncio.CancelledError:
+            if proc is not None:
+                proc.close()
+            raise
+        if proc.exit_status is not None:
+            status = proc.exit_status
+        elif proc.exit_signal is not None:
+            status = 128 + getattr(_signal, f"SIG{proc.exit_signal[0]}", 0)
+        else:
+            raise self._lost(argv, ChannelBroken("the session closed without an exit status"))
+        return _result(argv, status, out, err, t0)
+
+    async def wait_reachable(self, timeout: float) -> None:
+        """Poll until the DUT answers a command (after a reboot or flash); Unreachable if not."""
+        deadline = time.monotonic() + timeout
+        tries, delay = 0, 0.1
+        last: DeviceError | None = None
+        while True:
+            tries += 1
+            left = deadline - time.monotonic()
+            try:
+                await self.connection.ensure(1, max(0.1, min(self.connection.connect_timeout, left)))
+                await self.run(["true"], timeout=max(0.1, min(10.0, left)))
+                return
+            except (HostKeyMismatch, AuthRefused):
+                raise
+            except DeviceError as exc:
+                last = exc
+            if time.monotonic() + delay > deadline:
+                raise Unreachable(f"{self.addr} did not answer a command within {timeout:g} s "
+                                  f"({tries} tries); last: {last.problem}",
+                                  "is the DUT still booting? wait longer, or check its console; "
+                                  "`labwarden vlab status` for the vlab") from last
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def close(self) -> None:
+        """Close the channel (the DUT's sshd hangs up its shell); the next run opens a fresh one."""
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    def _timeout(self, argv: Sequence[str], timeout: float, what: str) -> CommandTimeout:
+        return CommandTimeout(
+            f"`{_describe(argv)}` did not finish within {timeout:g} s on {self.addr}; {what} "
+            "(the DUT's sshd hung the command up with SIGHUP)",
+            "pass a larger timeout=, or start long work with Device.exec; the next call opens a "
+            "fresh channel")
+
+    def _lost(self, argv: Sequence[str], exc: Exception) -> ConnectionLost:
+        gone = self.connection.gone
+        where = "the connection" if gone else "the command channel"
+        return ConnectionLost(
+            f"{where} to {self.addr} broke during `{_describe(argv)}`: {exc}; it may or may not "
+            "have run",
+            "the DUT may be rebooting: `await device.wait_reachable(60)`, then check its effect "
+            "before retrying" if gone else
+            "the next call opens a fresh channel; check whether the command kills its parent shell")
