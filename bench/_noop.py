@@ -12,6 +12,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+# the servers run as `python bench/_noop.py`, with the SDK's filtered environment (no
+# PYTHONPATH): put this checkout first, so they serve the labwarden the bench itself imports
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from pydantic import BaseModel, Field
 
 from labwarden.core.spec import ToolSpec
