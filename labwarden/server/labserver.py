@@ -1,6 +1,7 @@
 """LabServer: the MCPServer labwarden serves, and the only places it departs from the SDK's
-defaults -- registry tools go straight to the runner, and `resources/list` lists what the lab
-holds now, with the MIME type of each file resource from its suffix."""
+defaults -- registry tools go straight to the runner, `resources/list` lists what the lab holds
+now (with the MIME type of each file resource from its suffix), and stdio runs without worker
+threads on pipes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import InputRequiredResult, Resource
 from pydantic import AnyUrl
 
-from labwarden.server import browse, tools
+from labwarden.server import browse, stdio, tools
 from labwarden.tools import registry
 
 
@@ -50,3 +51,10 @@ class LabServer(MCPServer[Any]):
         if mime is None or isinstance(contents, InputRequiredResult):
             return contents
         return [dataclasses.replace(c, mime_type=mime) for c in contents]
+
+    async def run_stdio_async(self) -> None:
+        """Serve stdio through server/stdio.py (no worker threads on pipes and sockets)."""
+        # the low-level server is the SDK's own attribute; MCPServer.run_stdio_async does this
+        async with stdio.stdio_streams() as (read, write):
+            await self._lowlevel_server.run(read, write,
+                                            self._lowlevel_server.create_initialization_options())
