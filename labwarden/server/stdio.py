@@ -11,26 +11,31 @@ with these streams). bench/tool_overhead.py measures both transports side by sid
 Like the SDK, it claims the descriptors while it serves: fd 0 reads /dev/null and fd 1 writes
 to stderr, so a stray print or a child process cannot corrupt the protocol; both are restored
 afterwards. Anything else (a file, a terminal: descriptors shared with a shell, which
-non-blocking mode would disturb) keeps the SDK's transport.
+non-blocking mode would disturb; Windows) keeps the SDK's transport.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import stat
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 from mcp.server.stdio import stdio_server
+
+if sys.platform != "win32":
+    import fcntl
 
 LINE_LIMIT = 256 << 20
 """Longest message line read (bytes); the SDK's reader has no limit, and none comes near."""
 
 
 def _pipe_or_socket(fd: int) -> bool:
+    if sys.platform == "win32":  # asyncio has no pipe transports for the std handles there
+        return False
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
