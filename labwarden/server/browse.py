@@ -41,8 +41,9 @@ _TITLE = re.compile(r"<title>(.*?)</title>", re.S | re.I)
 
 STATIC = [
     Resource(uri="labwarden://lab/status", name="lab-status", title="lab status",
-             description="The lab right now: board health, running image, knobs, leases (runs "
-             "lab_status: read-only, guarded and logged).", mime_type="application/json"),
+             description="The lab right now: board health, the running image and whether it is "
+             "verified, knobs, clients, what is not ready (runs lab_status: read-only, guarded "
+             "and logged).", mime_type="application/json"),
     *(Resource(uri=f"labwarden://records/{kind}", name=f"{kind}-list", title=f"all {kind}",
                description=f"Ids of every stored {kind[:-1]} record, oldest first.",
                mime_type="application/json") for kind in KINDS),

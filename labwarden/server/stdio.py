@@ -103,11 +103,11 @@ async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
         async with stdio_server(stdin=_Lines(reader), stdout=_Replies(writer)) as streams:  # type: ignore[arg-type]
             yield streams
     finally:
+        # no await in here: a cancelled scope would raise at it and leave the fds diverted
         for transport in transports:
             transport.close()  # closes the duplicate it owns (on the loop's next turn)
         for wire in (wire_in, wire_out)[len(transports):]:
             wire.close()  # never handed to a transport
-        await asyncio.sleep(0)
         # the pipes' open file descriptions outlive us (the client holds the other ends): put
         # back the blocking mode asyncio changed, then the descriptors
         for fd, was_blocking, std in zip(saved, blocking, (0, 1), strict=True):
