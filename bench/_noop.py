@@ -2,6 +2,7 @@
 
     python bench/_noop.py labwarden LAB_TOML [TRANSCRIPT_DB [FSYNC]]   # labwarden's server + guard +
                                                                   # transcript ([policy] transcript_fsync)
+    python bench/_noop.py labwarden-sdk-stdio LAB_TOML [...]    # the same on the SDK's stdio transport
     python bench/_noop.py bare                                  # a bare MCPServer, same tool
     python bench/_noop.py layer LAB_TOML TRANSCRIPT_DB          # labwarden's server with the runner
                                                                   # short-cut: its MCP layer alone
@@ -11,6 +12,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+# the servers run as `python bench/_noop.py`, with the SDK's filtered environment (no
+# PYTHONPATH): put this checkout first, so they serve the labwarden the bench itself imports
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pydantic import BaseModel, Field
 
@@ -59,8 +64,15 @@ def main() -> None:
             _short_cut_runner()
 
         transcript = Path(sys.argv[3]) if len(sys.argv) > 3 else None
-        build_server(with_fsync(LabProfile.from_file(sys.argv[2]), *sys.argv[4:5]),
-                     transcript=transcript, client="bench").run("stdio")
+        server = build_server(with_fsync(LabProfile.from_file(sys.argv[2]), *sys.argv[4:5]),
+                              transcript=transcript, client="bench")
+        if sys.argv[1].endswith("-sdk-stdio"):  # the SDK's threaded transport, as the bare server
+            import anyio
+            from mcp.server.mcpserver import MCPServer
+
+            anyio.run(MCPServer.run_stdio_async, server)
+        else:
+            server.run("stdio")
 
 
 def _short_cut_runner() -> None:

@@ -73,6 +73,8 @@ class Guard:
     async def _plan_heals(self, spec: ToolSpec) -> list[knobs.Knob]:
         """Read and judge every knob the tool's requirements depend on; refuse what policy may not
         heal. Nothing on the DUT changes here: heals run only after the lease is held."""
+        if not spec.requires:  # no knob serves no requirement: nothing to bind or read
+            return []
         heal = set(self.ctx.profile.policy.heal)
         plan: list[knobs.Knob] = []
         for knob in knobs.pinned(self.ctx.device, self.ctx.profile):

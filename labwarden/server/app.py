@@ -17,6 +17,7 @@ from labwarden import __version__
 from labwarden.lab.config import LabProfile
 from labwarden.runtime.session import open_lab
 from labwarden.server import prompts, resources, tools
+from labwarden.server.labserver import LabServer
 from labwarden.tools.context import LabContext
 
 INSTRUCTIONS = """labwarden runs a performance lab: build a patched firmware, flash it, verify by \
@@ -38,8 +39,8 @@ def build_server(profile: LabProfile, *, transcript: Path | None = None, client:
         async with open_lab(profile, user=user, client=client, transcript=transcript) as lab:
             yield ServerState(lab=lab)
 
-    server: MCPServer[ServerState] = tools.LabServer(
-        name="labwarden", title="labwarden performance lab", version=__version__,
+    server: MCPServer[ServerState] = LabServer(
+        profile.data_dir(), name="labwarden", title="labwarden performance lab", version=__version__,
         instructions=INSTRUCTIONS, lifespan=lifespan, token_verifier=token_verifier, auth=auth,
         log_level="WARNING")
     tools.register(server)

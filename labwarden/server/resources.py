@@ -1,5 +1,8 @@
 """MCP resources: lab status, runs and sweeps, flamegraphs and folded stacks, reports,
-transcripts. Raw data stays server-side; a model reads it only when it asks, by id."""
+transcripts. Raw data stays server-side; a model reads it only when it asks, by id.
+
+These are the templates (what can be read); browse.py lists the concrete resources a client
+can open now (`resources/list`)."""
 
 from __future__ import annotations
 
@@ -12,12 +15,10 @@ from mcp.server.mcpserver.exceptions import ResourceError
 
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.runtime.runner import call_tool
+from labwarden.server.browse import FILE_TYPES, KINDS, inside
 from labwarden.tools.context import LabContext
 
-KINDS = {"profiles": "prof", "sweeps": "swp"}
 _FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-TEXT_TYPES = {".svg": "image/svg+xml", ".folded": "text/plain", ".txt": "text/plain",
-              ".json": "application/json", ".html": "text/html", ".md": "text/markdown"}
 
 
 def _lab(ctx: Context) -> LabContext:
@@ -60,9 +61,9 @@ def register(server: MCPServer[Any]) -> None:
                      "List them with labwarden://artifacts/{rid}.")
     async def artifact(rid: str, name: str, ctx: Context) -> str:
         path = _artifact_path(_lab(ctx), rid, name)
-        if path.suffix not in TEXT_TYPES:
+        if path.suffix not in FILE_TYPES:
             raise ResourceError(f"{name} is binary ({path.suffix}); text artifacts only: "
-                                f"{', '.join(TEXT_TYPES)}")
+                                f"{', '.join(FILE_TYPES)}")
         return path.read_text(errors="replace")
 
     @server.resource("labwarden://artifacts/{rid}", name="artifact_list", mime_type="application/json",
@@ -80,6 +81,19 @@ def register(server: MCPServer[Any]) -> None:
         path = _lab(ctx).data_dir / "symbolized" / key / name
         if path.suffix not in (".svg", ".folded") or not path.is_file():
             raise ResourceError(f"no symbolized file {key}/{name}: flame.svg, stacks.folded, diff-*.svg")
+        return path.read_text(errors="replace")
+
+    @server.resource("labwarden://reports/{name}", name="report", mime_type="text/html",
+                     description="A report the report tool wrote (e.g. labwarden://reports/"
+                     "report.html): one self-contained HTML page.")
+    async def report(name: str, ctx: Context) -> str:
+        if not _FILE.fullmatch(name) or not name.endswith(".html"):
+            raise ResourceError(f"{name!r} is not a report file name: use e.g. report.html")
+        data_dir = _lab(ctx).data_dir
+        path = inside(data_dir, data_dir / "reports" / name)  # symlinks out of the dir: refused
+        if path is None:
+            raise ResourceError(f"no report {name} in the lab's reports/: write one with the "
+                                "report tool; resources/list lists them")
         return path.read_text(errors="replace")
 
     @server.resource("labwarden://transcripts/{session}", name="transcript", mime_type="application/json",

@@ -51,7 +51,7 @@ def _signature(spec: ToolSpec) -> inspect.Signature:
     return inspect.Signature(params, return_annotation=spec.output)
 
 
-async def _call(ctx: Context, name: str, arguments: dict[str, Any]) -> CallToolResult:
+async def call(ctx: Context, name: str, arguments: dict[str, Any]) -> CallToolResult:
     """One call through the runner (guard, transcript); a failure raises ToolError, which
     MCPServer turns into an is_error result carrying the JSON below."""
     lab: LabContext = ctx.request_context.lifespan_context.lab
@@ -80,23 +80,11 @@ def _handler(spec: ToolSpec):  # type: ignore[no-untyped-def]
     """The function MCPServer publishes (its signature gives the schema); LabServer.call_tool
     short-cuts it, and it makes the same call if reached another way."""
     async def handler(ctx: Context, **kwargs: Any) -> Any:
-        return await _call(ctx, spec.name, kwargs)
+        return await call(ctx, spec.name, kwargs)
 
     handler.__signature__ = _signature(spec)  # type: ignore[attr-defined]
     handler.__name__ = spec.name
     return handler
-
-
-class LabServer(MCPServer[Any]):
-    """An MCPServer whose registry tools go straight to the runner. The runner has validated the
-    arguments and built the output from the tool's own model, so MCPServer's second validation
-    and result conversion would only add time to every call (bench/tool_overhead.py)."""
-
-    async def call_tool(self, name: str, arguments: dict[str, Any],
-                        context: Context[Any, Any] | None = None) -> Any:
-        if context is None or name not in registry.TOOLS:
-            return await super().call_tool(name, arguments, context)
-        return await _call(context, name, arguments)
 
 
 def register(server: MCPServer[Any]) -> None:
