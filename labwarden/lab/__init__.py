@@ -1,1 +1,2 @@
-"""The lab model: profile, Device, backends, load generators, symfs, and DUT-side readers."""
+"""The lab model, by side: config (the lab profile), board state, knobs, dut/ (what talks to the DUT)
+and host/ (what runs on the host), labgrid, measurement conditions."""
