@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from typer.testing import CliRunner
 
 from labwarden.cli.app import app
-from labwarden.core.spec import ToolSpec
+from labwarden.core.spec import ToolInput, ToolSpec
 from labwarden.lab.config import LabProfile
 from labwarden.lab.dut import procs
 from labwarden.runtime.runner import call_tool
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.anyio
 NAME = "throwaway_probe"
 
 
-class ProbeInput(BaseModel):
+class ProbeInput(ToolInput):
     target: str = Field("stad", description="a process name")
     note: str = Field("", description="prose, exempt from the identifier check")
 

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 Requirement = Literal["lease", "board_healthy", "fingerprint_verified", "env_pinned",
                       "topology_asserted"]
@@ -24,6 +24,13 @@ none: refused unless the board is good; observe: runs whatever the health (lab_s
 restore: the first half of a health check -- runs on an unknown board only with a known image,
 and turns it bad if it fails (flash); prove: the second half -- runs on an unknown board, turns
 it good when `proof_field` of its result is true and bad otherwise (fingerprint_verify)."""
+
+
+class ToolInput(BaseModel):
+    """Base of every tool's input model: what all doors accept. An unknown field is refused (a
+    misspelt `window_s` must not silently measure with the default)."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,13 @@ import time
 from pydantic import BaseModel, Field, model_validator
 
 from labwarden.core.errors import ToolError
-from labwarden.core.spec import ToolSpec, describe
+from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.dut import datamodel
 from labwarden.lab.host.stasim import LoadError, StasimLoad
 from labwarden.tools.context import LabContext
 
 
-class AssociateInput(BaseModel):
+class AssociateInput(ToolInput):
     stations: int | None = Field(None, ge=0, le=4096, description="total clients; 0 = none",
                                  examples=[114])
     per_radio: int | None = Field(None, ge=0, le=512, description="clients per radio instead "

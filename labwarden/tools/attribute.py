@@ -18,7 +18,7 @@ import time
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from labwarden.core.errors import ToolError
-from labwarden.core.spec import ToolSpec, describe
+from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.dut import procs, sampler
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.errors import DeviceError
@@ -38,7 +38,7 @@ _ANCESTORS = ('p=$$; while [ "$p" -gt 1 ] 2>/dev/null; do echo "$p"; '
 """Constant script: our DUT shell's parent chain (the DUT's sshd is in it)."""
 
 
-class AttributeInput(BaseModel):
+class AttributeInput(ToolInput):
     suspect: str = Field(description="process to pause; must be in the profile's [target] suspects",
                          examples=["stamon"])
     window_s: float = Field(10, gt=0, description=f"pause length, s (at most {MAX_WINDOW_S:g})",

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.spec import ToolSpec, describe
+from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import builder
 from labwarden.tools.context import LabContext
 
 
-class BuildInput(BaseModel):
+class BuildInput(ToolInput):
     patches: list[str] = Field(default_factory=list, description="patch ids (e.g. '0901') or "
                                ".patch paths, applied in order", examples=[["0901", "0902"]])
     ref: str = Field("HEAD", description="git ref of the firmware repo to build", examples=["HEAD"])

@@ -17,13 +17,13 @@ from scipy import stats
 from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
-from labwarden.core.spec import ToolSpec, describe
+from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.tools.context import LabContext
 
 Verdict = Literal["improved", "regressed", "no change", "inconclusive"]
 
 
-class CompareInput(BaseModel):
+class CompareInput(ToolInput):
     baseline: str = Field(description="sweep id of A", examples=["swp-1a2b3c4d5e6f"])
     candidate: str = Field(description="sweep id of B")
     alpha: float = Field(0.05, gt=0, lt=0.5, description="significance level of Welch's t-test")

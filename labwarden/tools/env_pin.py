@@ -13,13 +13,13 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from labwarden.core.devtext import DeviceText
-from labwarden.core.spec import ToolSpec, describe
+from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import knobs
 from labwarden.lab.knobs import KnobState
 from labwarden.tools.context import LabContext
 
 
-class EnvPinInput(BaseModel):
+class EnvPinInput(ToolInput):
     trace_zone_max: int | None = Field(None, ge=0, le=1000, description="lower every trace zone "
                                        "above this level to it (e.g. 200: INFO traces then "
                                        "short-circuit with patch 0100)", examples=[200])

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, Field
 
 from labwarden.core.devtext import DeviceText
-from labwarden.core.spec import ToolSpec, describe
+from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.dut import procs
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
@@ -23,7 +23,7 @@ from labwarden.tools.context import LabContext
 _HASH = re.compile(r"\b([0-9a-f]{7,40}|unknown)\b")
 
 
-class FingerprintInput(BaseModel):
+class FingerprintInput(ToolInput):
     build_id: str = Field(description="the build that should be running", examples=["0649198d591e4e52"])
 
 

@@ -14,14 +14,14 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from labwarden.core.errors import ToolError
-from labwarden.core.spec import ToolSpec, describe
+from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.dut import procs
 from labwarden.lab.dut.errors import DeviceError
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
 
 
-class FlashInput(BaseModel):
+class FlashInput(ToolInput):
     build_id: str = Field(description="a build id returned by `build`", examples=["0649198d591e4e52"])
 
 

@@ -16,14 +16,14 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
-from labwarden.core.spec import ToolSpec, describe
+from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.tools.context import LabContext
 
 GateName = Literal["cpu_monotonic", "unknown_frames", "assoc_matches_datamodel",
                    "conditions_verified", "rss_bounded", "functional_parity"]
 
 
-class GateInput(BaseModel):
+class GateInput(ToolInput):
     sweep_id: str = Field(examples=["swp-1a2b3c4d5e6f"])
 
 

@@ -12,14 +12,14 @@ import time
 from pydantic import BaseModel, Field
 
 from labwarden.core.devtext import DeviceText
-from labwarden.core.spec import ToolSpec, describe
+from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import knobs
 from labwarden.lab.boardstate import BoardHealth
 from labwarden.lab.dut import datamodel, procs
 from labwarden.tools.context import LabContext
 
 
-class LabStatusInput(BaseModel):
+class LabStatusInput(ToolInput):
     pass
 
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord, Window
 from labwarden.core.records import RecordStore
-from labwarden.core.spec import ToolSpec, describe
+from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import perfcount
 from labwarden.lab.conditions import snapshot
 from labwarden.lab.dut import datamodel, procs, sampler, uprobes
@@ -38,7 +38,7 @@ vlab. The target is a user-space daemon, and symbolize's unknown-frame share sta
 BPF symbols (bench/symbolize.py)."""
 
 
-class ProfileInput(BaseModel):
+class ProfileInput(ToolInput):
     stations: int = Field(ge=0, le=4096, description="clients held during the windows", examples=[114])
     window_s: float = Field(10, ge=2, le=300, description="seconds per window", examples=[10])
     reps: int = Field(3, ge=1, le=10, description="windows (repetitions)")

@@ -12,12 +12,12 @@ import re
 from pydantic import BaseModel, Field
 
 from labwarden.core.errors import ToolError
-from labwarden.core.spec import ToolSpec, describe
+from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.report import data, render
 from labwarden.tools.context import LabContext
 
 
-class ReportInput(BaseModel):
+class ReportInput(ToolInput):
     session: str = Field("current", description="transcript session id, or 'current'")
     title: str = Field("labwarden report", max_length=120, description="the page's title")
     name: str = Field("report", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",

@@ -15,13 +15,13 @@ from pydantic import BaseModel, Field, field_validator
 
 from labwarden.core.measurements import SweepPoint, SweepRecord
 from labwarden.core.records import RecordStore
-from labwarden.core.spec import ToolSpec, describe
+from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.dut import datamodel
 from labwarden.tools import associate, profile
 from labwarden.tools.context import LabContext
 
 
-class SweepInput(BaseModel):
+class SweepInput(ToolInput):
     densities: list[int] = Field([18, 60, 114], min_length=1, max_length=12,
                                  description="client counts, ascending", examples=[[18, 60, 114]])
     reps: int = Field(3, ge=1, le=10)

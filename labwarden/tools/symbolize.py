@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord
 from labwarden.core.records import RecordNotFound, RecordStore
-from labwarden.core.spec import ToolSpec, describe
+from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import folded as fl
 from labwarden.lab.host import symfs as sf
 from labwarden.lab.host.binaries import which
@@ -33,7 +33,7 @@ FORMAT = 1
 """Version of the cached Symbolized JSON; bump when its fields or the pipeline change."""
 
 
-class SymbolizeInput(BaseModel):
+class SymbolizeInput(ToolInput):
     profile_id: str = Field(description="a profile record id (kind 'prof')", examples=["prof-0123456789ab"])
     rep: int = Field(0, ge=0, description="which window's perf.data")
     baseline_profile_id: str | None = Field(None, description="compare against this profile "
