@@ -137,7 +137,7 @@ def run_cmd(
     try:
         book = model.load(playbook, _parse_sets(set_ or []))
     except model.PlaybookError as exc:
-        fail(str(exc), "fix the named step or key (playbooks/vlab-hotspot.toml shows the format)", 2)
+        fail_on(exc, 2)
     try:
         rec = asyncio.run(execute(profile, book))
     except LabError as exc:  # the lab could not be opened: unreachable, host key, place held
@@ -158,7 +158,7 @@ def demo(dir: Annotated[Path, typer.Option("--dir", help="vlab state directory")
     try:
         book = model.load(playbook, {"window_s": window, "reps": reps})
     except model.PlaybookError as exc:
-        fail(str(exc), "pass --playbook with a valid playbook (playbooks/vlab-hotspot.toml)", 2)
+        fail(exc.problem, "pass --playbook with a valid playbook (playbooks/vlab-hotspot.toml)", 2)
     try:
         with err.status("vlab up") as st:
             control.down(dir)

@@ -10,6 +10,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labwarden.core.errors import LabError
+
 
 @dataclass
 class Section:
@@ -18,8 +20,13 @@ class Section:
     options: dict[str, str] = field(default_factory=dict)
 
 
-class UciError(ValueError):
-    """A line that is not UCI; the message names the file and line."""
+class UciError(LabError):
+    """A line that is not UCI; the problem names the file and line."""
+
+    kind = "device"
+
+    def __init__(self, problem: str):
+        super().__init__(problem, "fix that line of the DUT's config file (UCI syntax)")
 
 
 def parse(text: str, source: str = "<uci>") -> list[Section]:

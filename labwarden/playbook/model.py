@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from labwarden.core.errors import LabError
+
 
 class Step(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -38,8 +40,14 @@ class Playbook(BaseModel):
         return self
 
 
-class PlaybookError(ValueError):
-    pass
+class PlaybookError(LabError):
+    """A playbook file that cannot be run; the problem names the step and key."""
+
+    kind = "invalid_input"
+
+    def __init__(self, problem: str,
+                 remedy: str = "fix the named step or key (playbooks/vlab-hotspot.toml shows the format)"):
+        super().__init__(problem, remedy)
 
 
 def load(path: Path, overrides: dict[str, Any] | None = None) -> Playbook:

@@ -11,12 +11,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from labwarden.core.errors import LabError
+
 _REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*|\[-?\d+\])*)\}")
 _PART = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_]*)|\[(-?\d+)\]")
 
 
-class RefError(KeyError):
-    pass
+class RefError(LabError):
+    """A `${step.path}` reference that names nothing (a failed step, a wrong path)."""
+
+    kind = "invalid_input"
+
+    def __init__(self, problem: str):
+        super().__init__(problem, "a reference names a step that failed or a wrong path")
 
 
 def lookup(scope: dict[str, Any], path: str) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.call import ToolCallRecord
+from labwarden.core.call import ToolCallRecord, ToolFailure
 from labwarden.core.records import RecordStore
 from labwarden.playbook import refs
 from labwarden.playbook.model import Playbook, Step
@@ -68,11 +68,7 @@ async def run(ctx: LabContext, book: Playbook, on_step: StepHook | None = None) 
         try:
             args = refs.resolve(step.args, scope)
         except refs.RefError as exc:
-            rec = ToolCallRecord(tool=step.tool, args=step.args)
-            from labwarden.core.call import ToolFailure
-
-            rec.error = ToolFailure(kind="invalid_input", message=str(exc.args[0]),
-                                    remedy="a reference names a step that failed or a wrong path")
+            rec = ToolCallRecord(tool=step.tool, args=step.args, error=ToolFailure.of(exc))
         else:
             rec = await call_tool(ctx, step.tool, args)
         result = StepResult(id=step.id, tool=step.tool, title=step.title, record=rec,
