@@ -10,7 +10,6 @@ it runs under.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from labwarden.core.events import GuardDecision
@@ -43,12 +42,10 @@ class Guard:
         for arg in spec.path_args:
             for item in args.get(arg) or []:
                 if isinstance(item, str) and "/" in item:
-                    roots = [Path(d) for d in prof.build.patches_dirs] + \
-                        [self.ctx.board.data_dir / "patches"]
                     try:
-                        paths.contained(item, roots)
+                        paths.contained(item, prof.patch_roots(), what=arg)
                     except paths.PathRefused as exc:
-                        raise refuse(spec.name, "unsafe_path", str(exc),
+                        raise refuse(spec.name, "unsafe_path", exc.problem,
                                      "use a patch id from the lab's patch directories") from None
         name = args.get(spec.suspect_arg) if spec.suspect_arg else None
         if isinstance(name, str) and (why := suspects.problem(prof.target, name)) is not None:

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from labwarden.core.measurements import ProfileRecord, SweepRecord
+from labwarden.core.paths import PathRefused, contained
 from labwarden.core.records import RecordStore
 from labwarden.transcripts.store import TranscriptStore
 
@@ -91,7 +92,7 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str)
             elif c.tool == "gate_check":
                 gates.append(r)
             elif c.tool == "symbolize":
-                syms.append(r)
+                syms.append(_contained_svgs(r, data_dir / "symbolized"))
             elif c.tool == "attribute":
                 attrs.append(r)
     labels = {s.sweep.id: s.label for s in stages}
@@ -109,3 +110,16 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str)
                       compares=compares, gates=gates, symbolized=syms, attributions=attrs,
                       windows=windows, model_calls=model_calls, tokens=tokens, cost_usd=round(cost, 4),
                       tool_calls=calls, refused=refused, healed=healed, result_tokens=result_tokens)
+
+
+def _contained_svgs(result: dict[str, Any], root: Path) -> dict[str, Any]:
+    """A symbolize result whose SVG paths the report may embed: only files inside the data
+    dir's symbolized/ (a path anywhere else is dropped, never read)."""
+    out = dict(result)
+    for key in ("svg", "baseline_svg", "diff_svg"):
+        if isinstance(out.get(key), str):
+            try:
+                out[key] = str(contained(out[key], [root], what=key))
+            except PathRefused:
+                out.pop(key)
+    return out

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 
+from labwarden.core.paths import PathRefused, is_regular_file, within
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.runtime.runner import call_tool
 from labwarden.server.browse import FILE_TYPES, KINDS, inside
@@ -49,12 +51,9 @@ def register(server: MCPServer[Any]) -> None:
             raise ResourceError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
         store = RecordStore(_lab(ctx).data_dir)
         try:
-            path = store._path(KINDS[kind], rid)
-        except RecordNotFound as exc:
+            return store.path(KINDS[kind], rid).read_text()  # resolved inside records/<kind>/
+        except (RecordNotFound, PathRefused) as exc:
             raise ResourceError(f"{exc.problem}; {exc.remedy}") from None
-        if not path.is_file():
-            raise ResourceError(f"no {kind} record {rid!r}")
-        return path.read_text()
 
     @server.resource("labwarden://artifacts/{rid}/{name}", name="artifact",
                      description="An artifact of a record: flamegraph SVGs, folded stacks, reports. "
@@ -70,7 +69,12 @@ def register(server: MCPServer[Any]) -> None:
                      description="Artifact files of a record, with sizes.")
     async def artifact_list(rid: str, ctx: Context) -> str:
         base = _artifact_path(_lab(ctx), rid, None)
-        return json.dumps({p.name: p.stat().st_size for p in sorted(base.iterdir()) if p.is_file()})
+        listed = {}
+        for p in sorted(base.iterdir()):
+            real = inside(base, p)  # a symlink out of the record's directory is not listed
+            if real is not None:
+                listed[p.name] = real.stat().st_size
+        return json.dumps(listed)
 
     @server.resource("labwarden://symbolized/{key}/{name}", name="flamegraph",
                      description="A symbolize result's files: flame.svg (interactive flame graph), "
@@ -78,8 +82,11 @@ def register(server: MCPServer[Any]) -> None:
     async def symbolized(key: str, name: str, ctx: Context) -> str:
         if not re.fullmatch(r"[0-9a-f]{16}", key) or not _FILE.fullmatch(name):
             raise ResourceError("keys are 16 hex digits and names plain file names (flame.svg)")
-        path = _lab(ctx).data_dir / "symbolized" / key / name
-        if path.suffix not in (".svg", ".folded") or not path.is_file():
+        try:
+            path = within(_lab(ctx).data_dir / "symbolized", key, name, what="symbolized file")
+        except PathRefused as exc:
+            raise ResourceError(f"{exc.problem}; {exc.remedy}") from None
+        if path.suffix not in (".svg", ".folded") or not is_regular_file(path):
             raise ResourceError(f"no symbolized file {key}/{name}: flame.svg, stacks.folded, diff-*.svg")
         return path.read_text(errors="replace")
 
@@ -106,11 +113,14 @@ def register(server: MCPServer[Any]) -> None:
         return json.dumps([e.model_dump(mode="json") for e in lab.transcript.events(sid)])
 
 
-def _artifact_path(lab: LabContext, rid: str, name: str | None):  # type: ignore[no-untyped-def]
+def _artifact_path(lab: LabContext, rid: str, name: str | None) -> Path:
+    """An artifact (or a record's artifact directory), resolved inside artifacts/<rid>/."""
     if not re.fullmatch(r"[a-z]{2,12}-[0-9a-f]{12}", rid) or (name is not None and not _FILE.fullmatch(name)):
         raise ResourceError("artifact ids look like prof-0123456789ab and names are plain file names")
-    base = RecordStore(lab.data_dir).artifacts / rid
-    path = base if name is None else base / name
-    if not path.exists():
+    try:
+        path = RecordStore(lab.data_dir).artifact(rid, name)
+    except (RecordNotFound, PathRefused) as exc:
+        raise ResourceError(f"{exc.problem}; {exc.remedy}") from None
+    if not (path.is_dir() if name is None else is_regular_file(path)):
         raise ResourceError(f"no artifact {rid}/{name or ''}")
     return path

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord
+from labwarden.core.paths import PathRefused, contained, is_regular_file, within
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import folded as fl
@@ -115,8 +116,9 @@ def _load(store: RecordStore, pid: str, rep: int) -> tuple[ProfileRecord, Path]:
         raise ToolError("invalid_input", f"rep: {pid} has no perf.data for rep {rep}",
                         f"reps with perf.data: {with_perf or 'none (profile with perf=true)'}")
     path = Path(window.perf_data)
-    path = path if path.is_absolute() else store.artifacts / pid / path
-    if not path.is_file():
+    raw = str(path if path.is_absolute() else store.artifact(pid) / path)
+    path = contained(raw, [store.artifact(pid)], what="profile_id")  # the record's own artifacts
+    if not is_regular_file(path):
         raise ToolError("invalid_input", f"rep: perf.data of {pid} rep {rep} is gone ({path})",
                         "profile again")
     return rec, path
@@ -153,14 +155,15 @@ async def symbolized(ctx: LabContext, rec: ProfileRecord, perf_data: Path,
     """The folded stacks + SVG of one perf.data: from the cache, or made now. (result, cached)"""
     base = ctx.data_dir / "symbolized"
     key = (await asyncio.to_thread(content_key, perf_data, base / "sha256-memo.json"))[:16]
-    index = base / f"{key}.json"
-    if index.is_file():
+    index = within(base, f"{key}.json", what="symbolize key")
+    if is_regular_file(index):
         try:
             hit = Symbolized.model_validate_json(index.read_text())
-            if hit.format == FORMAT and Path(hit.folded).is_file() and Path(hit.svg).is_file():
+            files = [contained(f, [base / key], what="symbolize key") for f in (hit.folded, hit.svg)]
+            if hit.format == FORMAT and all(is_regular_file(f) for f in files):
                 return hit, True
-        except ValueError:
-            pass  # unreadable or old: make it again
+        except (ValueError, PathRefused):
+            pass  # unreadable, old, or pointing out of its directory: make it again
     out = base / key
     out.mkdir(parents=True, exist_ok=True)
     warnings: list[str] = []
