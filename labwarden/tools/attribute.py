@@ -42,7 +42,7 @@ class AttributeInput(ToolInput):
     suspect: str = Field(description="process to pause; must be in the profile's [target] suspects",
                          examples=["stamon"])
     window_s: float = Field(10, gt=0, description=f"pause length, s (at most {MAX_WINDOW_S:g})",
-                            examples=[20])
+                            examples=[20], json_schema_extra={"maximum": MAX_WINDOW_S})
     baseline_s: float | None = Field(None, gt=0, le=600, description="length of the before and "
                                      "after measurements, s (default: window_s)")
 

@@ -20,8 +20,8 @@ from labwarden.tools.context import LabContext
 
 
 class BuildInput(ToolInput):
-    patches: list[str] = Field(default_factory=list, description="patch ids (e.g. '0901') or "
-                               ".patch paths, applied in order", examples=[["0901", "0902"]])
+    patches: list[str] = Field(default_factory=list, max_length=32, description="patch ids (e.g. "
+                               "'0901') or .patch paths, applied in order", examples=[["0901", "0902"]])
     ref: str = Field("HEAD", description="git ref of the firmware repo to build", examples=["HEAD"])
 
 

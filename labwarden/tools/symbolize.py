@@ -36,10 +36,10 @@ FORMAT = 1
 
 class SymbolizeInput(ToolInput):
     profile_id: str = Field(description="a profile record id (kind 'prof')", examples=["prof-0123456789ab"])
-    rep: int = Field(0, ge=0, description="which window's perf.data")
+    rep: int = Field(0, ge=0, le=9, description="which window's perf.data")
     baseline_profile_id: str | None = Field(None, description="compare against this profile "
                                             "(top deltas + differential flame graph)")
-    baseline_rep: int = Field(0, ge=0, description="the baseline's window")
+    baseline_rep: int = Field(0, ge=0, le=9, description="the baseline's window")
     top: int = Field(25, ge=1, le=40, description="lines of the hot-path tree")
     functions: list[str] = Field(default_factory=list, max_length=20,
                                  description="symbols whose share to report (e.g. a patch's target)",
