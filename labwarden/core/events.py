@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from labwarden.core.call import ToolCallRecord
+from labwarden.core.devtext import UNTRUSTED_NOTE
 from labwarden.core.usage import Usage
 
 # Version of the stored event bodies. Do NOT reorder, rename or remove fields of any event, nor
@@ -129,8 +130,8 @@ class GuardDecision(EventBase):
     """Allowed as is, refused, or allowed after the guard changed lab state."""
     code: RefusalCode | None = None
     """Refusal code from the guard's closed set (None for allow and heal)."""
-    reason: str = ""
-    """Why."""
+    reason: str = Field("", json_schema_extra={"x-untrusted": UNTRUSTED_NOTE})
+    """Why (device text it quotes -- a lease holder, a knob's value -- is marked)."""
     remedy: str | None = None
     """What to do about a refusal."""
     changes: list[str] = Field(default_factory=list)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from labwarden.core.devtext import quote
 from labwarden.core.events import GuardDecision
 from labwarden.core.spec import ToolSpec
 from labwarden.guardrails import argsafety, paths, suspects
@@ -91,7 +92,7 @@ class Guard:
             changes += await knob.pin()
             again = await knob.state()
             if not again.ok:
-                raise refuse(spec.name, knob.refusal, f"{knob.name} still {again.value} after healing",
+                raise refuse(spec.name, knob.refusal, f"{knob.name} still {quote(again.value)} after healing",
                              "check the paths and [topology] in the lab profile")
         return changes
 

@@ -11,6 +11,7 @@ import time
 
 from pydantic import BaseModel
 
+from labwarden.core.devtext import quote
 from labwarden.lab.dut.device import Device
 
 TTL_S = 300.0
@@ -21,8 +22,10 @@ class LeaseInfo(BaseModel):
     expires: float  # unix time
 
     def describe(self) -> str:
+        """The holder as read from the DUT (device text: quoted) and the expiry."""
         left = self.expires - time.time()
-        return f"{self.holder} (expires in {left:.0f} s)" if left > 0 else f"{self.holder} (expired)"
+        who = quote(self.holder, 160)
+        return f"{who} (expires in {left:.0f} s)" if left > 0 else f"{who} (expired)"
 
 
 class Lease:

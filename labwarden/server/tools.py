@@ -16,6 +16,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import WithJsonSchema
 
+from labwarden.core.call import ToolFailure
+from labwarden.core.devtext import UNTRUSTED_NOTE, quoted
 from labwarden.core.spec import ToolSpec
 from labwarden.runtime.runner import call_tool
 from labwarden.tools import registry
@@ -65,15 +67,24 @@ async def call(ctx: Context, name: str, arguments: dict[str, Any]) -> CallToolRe
     finally:
         current_progress.reset(token)
     if not record.ok:
-        err = record.error
-        raise ToolError(json.dumps({
-            "code": (err.code if err else None) or (err.kind if err else "internal"),
-            "kind": err.kind if err else "internal",
-            "reason": err.message if err else "failed", "remedy": err.remedy if err else None,
-            "lines": err.lines[:20] if err else []}))
+        raise ToolError(failure_json(record.error))
     # the text is the JSON the transcript counted (result_chars): what the model reads, compact
     return CallToolResult(content=[TextContent(type="text", text=record.result_json or "null")],
                           structured_content=record.result)
+
+
+def failure_json(err: ToolFailure | None) -> str:
+    """The refusal or failure a client reads: code, kind, reason, remedy, lines -- and, when the
+    reason quotes device output, which fields do and what the marker means."""
+    body: dict[str, Any] = {
+        "code": (err.code if err else None) or (err.kind if err else "internal"),
+        "kind": err.kind if err else "internal",
+        "reason": err.message if err else "failed", "remedy": err.remedy if err else None,
+        "lines": err.lines[:20] if err else []}
+    marked = [k for k in ("reason", "lines") if quoted(json.dumps(body[k], ensure_ascii=False))]
+    if marked:
+        body["untrusted"] = {"fields": marked, "note": UNTRUSTED_NOTE}
+    return json.dumps(body, ensure_ascii=False)
 
 
 def _handler(spec: ToolSpec):  # type: ignore[no-untyped-def]

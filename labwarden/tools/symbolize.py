@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord
 from labwarden.core.paths import PathRefused, contained, is_regular_file, within
@@ -172,7 +173,7 @@ async def symbolized(ctx: LabContext, rec: ProfileRecord, perf_data: Path,
         kallsyms = out / "kallsyms"
         res = await ctx.device.exec(["cat", "/proc/kallsyms"], timeout=60, cap=64 << 20)
         if res.exit_status != 0:
-            raise ToolError("device", f"cannot read /proc/kallsyms: {res.stderr.strip()[:200]}",
+            raise ToolError("device", f"cannot read /proc/kallsyms: {quote(res.stderr)}",
                             "kernel frames need the DUT's kallsyms: check root on the DUT")
         kallsyms.write_text(res.stdout)
         warnings.append("kallsyms read now, not at record time: wrong if the DUT rebooted since")
