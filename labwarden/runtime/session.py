@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import getpass
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from labwarden.guardrails.context import GuardContext
 from labwarden.guardrails.guard import Guard
+from labwarden.guardrails.lease import holder_name
 from labwarden.lab.config import LabProfile
 from labwarden.lab.dut.device import Device
 from labwarden.tools.context import LabContext, ProgressFn, no_progress
@@ -62,7 +62,7 @@ async def open_lab(profile: LabProfile, progress: ProgressFn = no_progress,
             stack.callback(ctx.transcript.close)
             ctx.session_id = ctx.transcript.start_session(client, lab_profile=profile.source,
                                                           lab_name=profile.lab.name)
-            holder = f"{user or getpass.getuser()}@{socket.gethostname()}/{ctx.session_id}"
+            holder = holder_name(user or getpass.getuser(), ctx.session_id)
             ctx.guard = Guard(GuardContext(profile=profile, device=device, board=ctx.board), holder)
             stack.push_async_callback(_close_session, ctx)
         stack.push_async_callback(ctx.settle)  # runs first: clean-ups finish on a live connection
