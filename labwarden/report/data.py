@@ -49,6 +49,9 @@ class ReportData(BaseModel):
     refused: int
     healed: list[str]
     result_tokens: dict[str, int]
+    anchor: str = ""
+    """The transcript's head the report rests on: the session's anchor (kept outside the
+    database, written when it ended) or, for a session still open, its head right now."""
 
 
 def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str) -> ReportData:
@@ -109,7 +112,8 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str)
     return ReportData(title=title, session_id=session_id, lab=info.get("lab_name"), stages=stages,
                       compares=compares, gates=gates, symbolized=syms, attributions=attrs,
                       windows=windows, model_calls=model_calls, tokens=tokens, cost_usd=round(cost, 4),
-                      tool_calls=calls, refused=refused, healed=healed, result_tokens=result_tokens)
+                      tool_calls=calls, refused=refused, healed=healed, result_tokens=result_tokens,
+                      anchor=_anchor(store, session_id))
 
 
 def _contained_svgs(result: dict[str, Any], root: Path) -> dict[str, Any]:
@@ -123,3 +127,12 @@ def _contained_svgs(result: dict[str, Any], root: Path) -> dict[str, Any]:
             except PathRefused:
                 out.pop(key)
     return out
+
+
+def _anchor(store: TranscriptStore, session_id: str) -> str:
+    anchor = store.anchor(session_id)
+    if anchor is not None:
+        return f"anchor: {anchor.count} events, head sha256 {anchor.head_hash}"
+    head = store.checkpoint(session_id)
+    return (f"head when written: {head.count} events, sha256 {head.head_hash} (the session is "
+            "still open; its anchor is written when it ends)")

@@ -17,14 +17,18 @@ from mcp.server.mcpserver.exceptions import ResourceError
 from labwarden.core.paths import PathRefused, is_regular_file, within
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.runtime.runner import call_tool
+from labwarden.runtime.session import LabSession
 from labwarden.server.browse import FILE_TYPES, KINDS, inside
+from labwarden.server.sessions import lab_for
 from labwarden.tools.context import LabContext
+from labwarden.transcripts.access import readable
+from labwarden.transcripts.store import TranscriptError
 
 _FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
-def _lab(ctx: Context) -> LabContext:
-    return ctx.request_context.lifespan_context.lab
+async def _lab(ctx: Context) -> LabSession:
+    return await lab_for(ctx.request_context)
 
 
 def register(server: MCPServer[Any]) -> None:
@@ -34,7 +38,7 @@ def register(server: MCPServer[Any]) -> None:
     async def lab_status(view: str, ctx: Context) -> str:
         if view != "status":
             raise ResourceError(f"unknown lab view {view!r}: use labwarden://lab/status")
-        rec = await call_tool(_lab(ctx), "lab_status", {})
+        rec = await call_tool(await _lab(ctx), "lab_status", {})
         return json.dumps(rec.result if rec.ok else rec.error.model_dump() if rec.error else {})
 
     @server.resource("labwarden://records/{kind}", name="records", mime_type="application/json",
@@ -42,14 +46,14 @@ def register(server: MCPServer[Any]) -> None:
     async def records(kind: str, ctx: Context) -> str:
         if kind not in KINDS:
             raise ResourceError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
-        return json.dumps(RecordStore(_lab(ctx).data_dir).ids(KINDS[kind]))
+        return json.dumps(RecordStore((await _lab(ctx)).data_dir).ids(KINDS[kind]))
 
     @server.resource("labwarden://records/{kind}/{rid}", name="record", mime_type="application/json",
                      description="One stored record (a profile's windows with their conditions, a sweep...).")
     async def record(kind: str, rid: str, ctx: Context) -> str:
         if kind not in KINDS:
             raise ResourceError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
-        store = RecordStore(_lab(ctx).data_dir)
+        store = RecordStore((await _lab(ctx)).data_dir)
         try:
             return store.path(KINDS[kind], rid).read_text()  # resolved inside records/<kind>/
         except (RecordNotFound, PathRefused) as exc:
@@ -59,7 +63,7 @@ def register(server: MCPServer[Any]) -> None:
                      description="An artifact of a record: flamegraph SVGs, folded stacks, reports. "
                      "List them with labwarden://artifacts/{rid}.")
     async def artifact(rid: str, name: str, ctx: Context) -> str:
-        path = _artifact_path(_lab(ctx), rid, name)
+        path = _artifact_path(await _lab(ctx), rid, name)
         if path.suffix not in FILE_TYPES:
             raise ResourceError(f"{name} is binary ({path.suffix}); text artifacts only: "
                                 f"{', '.join(FILE_TYPES)}")
@@ -68,7 +72,7 @@ def register(server: MCPServer[Any]) -> None:
     @server.resource("labwarden://artifacts/{rid}", name="artifact_list", mime_type="application/json",
                      description="Artifact files of a record, with sizes.")
     async def artifact_list(rid: str, ctx: Context) -> str:
-        base = _artifact_path(_lab(ctx), rid, None)
+        base = _artifact_path(await _lab(ctx), rid, None)
         listed = {}
         for p in sorted(base.iterdir()):
             real = inside(base, p)  # a symlink out of the record's directory is not listed
@@ -83,7 +87,7 @@ def register(server: MCPServer[Any]) -> None:
         if not re.fullmatch(r"[0-9a-f]{16}", key) or not _FILE.fullmatch(name):
             raise ResourceError("keys are 16 hex digits and names plain file names (flame.svg)")
         try:
-            path = within(_lab(ctx).data_dir / "symbolized", key, name, what="symbolized file")
+            path = within((await _lab(ctx)).data_dir / "symbolized", key, name, what="symbolized file")
         except PathRefused as exc:
             raise ResourceError(f"{exc.problem}; {exc.remedy}") from None
         if path.suffix not in (".svg", ".folded") or not is_regular_file(path):
@@ -96,7 +100,7 @@ def register(server: MCPServer[Any]) -> None:
     async def report(name: str, ctx: Context) -> str:
         if not _FILE.fullmatch(name) or not name.endswith(".html"):
             raise ResourceError(f"{name!r} is not a report file name: use e.g. report.html")
-        data_dir = _lab(ctx).data_dir
+        data_dir = (await _lab(ctx)).data_dir
         path = inside(data_dir, data_dir / "reports" / name)  # symlinks out of the dir: refused
         if path is None:
             raise ResourceError(f"no report {name} in the lab's reports/: write one with the "
@@ -104,12 +108,20 @@ def register(server: MCPServer[Any]) -> None:
         return path.read_text(errors="replace")
 
     @server.resource("labwarden://transcripts/{session}", name="transcript", mime_type="application/json",
-                     description="A transcript session's events (the current one: 'current').")
+                     description="A transcript session's events (the current one: 'current'); only "
+                     "sessions of this client's own principal.")
     async def transcript(session: str, ctx: Context) -> str:
-        lab = _lab(ctx)
+        lab = await _lab(ctx)
         if lab.transcript is None:
             raise ResourceError("this server runs without a transcript")
-        sid = lab.session_id if session == "current" else lab.transcript.resolve(session)
+        if session == "current":
+            sid = lab.session_id
+        else:
+            try:  # another principal's session does not exist for this client
+                sid = lab.transcript.resolve(session, readable(lab.transcript, lab.principal))
+            except TranscriptError as exc:
+                raise ResourceError(f"{exc.problem}; {exc.remedy}") from None
+        assert sid is not None
         return json.dumps([e.model_dump(mode="json") for e in lab.transcript.events(sid)])
 
 

@@ -20,6 +20,7 @@ from labwarden.core.call import ToolFailure
 from labwarden.core.devtext import UNTRUSTED_NOTE, quoted
 from labwarden.core.spec import ToolSpec
 from labwarden.runtime.runner import call_tool
+from labwarden.server.sessions import lab_for
 from labwarden.tools import registry
 from labwarden.tools.context import LabContext, current_progress
 
@@ -56,7 +57,7 @@ def _signature(spec: ToolSpec) -> inspect.Signature:
 async def call(ctx: Context, name: str, arguments: dict[str, Any]) -> CallToolResult:
     """One call through the runner (guard, transcript); a failure raises ToolError, which
     MCPServer turns into an is_error result carrying the JSON below."""
-    lab: LabContext = ctx.request_context.lifespan_context.lab
+    lab: LabContext = await lab_for(ctx.request_context)
 
     async def progress(done: float, total: float | None, message: str) -> None:
         await ctx.report_progress(done, total, message)

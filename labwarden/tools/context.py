@@ -42,6 +42,8 @@ class LabContext:
     messages: list[str] = field(default_factory=list)
     transcript: TranscriptStore | None = None
     session_id: str | None = None
+    principal: str | None = None
+    """Who the session acts for (transcripts/access.py: which sessions it may read)."""
     facts: dict[str, Any] = field(default_factory=dict)
     """What the session learnt once about the DUT (e.g. whether it takes uprobes)."""
     board: BoardStateFile = field(init=False, repr=False)

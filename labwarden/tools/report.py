@@ -16,6 +16,7 @@ from labwarden.core.paths import within
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.report import data, render
 from labwarden.tools.context import LabContext
+from labwarden.transcripts.access import readable
 
 
 class ReportInput(ToolInput):
@@ -37,7 +38,9 @@ async def run(ctx: LabContext, inp: ReportInput) -> ReportOutput:
     if ctx.transcript is None:
         raise ToolError("tool", "the report is built from the transcript, and this session has none",
                         "open the lab guarded (the default)")
-    sid = ctx.session_id if inp.session == "current" else ctx.transcript.resolve(inp.session)
+    # a session reads only what its principal may read (another client's session does not exist)
+    sid = ctx.session_id if inp.session == "current" else \
+        ctx.transcript.resolve(inp.session, readable(ctx.transcript, ctx.principal))
     assert sid is not None
     await ctx.report(0, 2, "collecting the session's results")
     d = data.collect(ctx.transcript, sid, ctx.data_dir, re.sub(r"[\x00-\x1f]", "", inp.title))
