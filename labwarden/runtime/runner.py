@@ -28,7 +28,7 @@ from labwarden.runtime import door
 from labwarden.runtime.leasekeeper import lease_renewal
 from labwarden.runtime.session import LabSession
 from labwarden.tools import registry
-from labwarden.tools.context import LabContext
+from labwarden.tools.context import LabContext, current_messages
 
 
 def _invalid(exc: ValidationError) -> ToolFailure:
@@ -142,7 +142,8 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
             ctx.log(*admission.decisions)
         conditions = admission.conditions
     t0 = time.monotonic()
-    mark = len(ctx.messages)
+    messages: list[str] = []
+    messages_token = current_messages.set(messages)  # this call's progress, for its record
     # the outcome is gathered in locals and the record built once at the end: each assignment
     # to a pydantic field costs as much as a small model, and this runs on every call
     out: Any = None
@@ -183,7 +184,7 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         record = ToolCallRecord(tool=name, args=bounded_args(call_args), started_at=started,
                                 duration_s=round(time.monotonic() - t0, 4), ok=ok,
                                 result=result if ok else None, error=error,
-                                progress=ctx.messages[mark:],
+                                progress=messages,
                                 untrusted=untrusted_fields(spec.output) if ok else [],
                                 output=out if ok else None)
         after = guard.after(spec, ok, record.result, health_before, admission) \
@@ -195,4 +196,5 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         # a call that changed the DUT, or turned the board bad, must survive a power cut too
         ctx.log(*events, durable=spec.effect in CHANGES_DUT or after is not None)
         door.logged()
+        current_messages.reset(messages_token)
     return record

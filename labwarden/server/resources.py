@@ -109,7 +109,9 @@ def register(server: MCPServer[Any]) -> None:
 
     @server.resource("labwarden://transcripts/{session}", name="transcript", mime_type="application/json",
                      description="A transcript session's events (the current one: 'current'); only "
-                     "sessions of this client's own principal.")
+                     "sessions of this client's own principal. Its session_started, then the "
+                     f"newest events that fit in {TRANSCRIPT_CHARS // 1024} KiB (the whole "
+                     "session: `labwarden transcripts show ID --json`).")
     async def transcript(session: str, ctx: Context) -> str:
         lab = await _lab(ctx)
         if lab.transcript is None:
@@ -122,7 +124,24 @@ def register(server: MCPServer[Any]) -> None:
             except TranscriptError as exc:
                 raise ResourceError(f"{exc.problem}; {exc.remedy}") from None
         assert sid is not None
-        return json.dumps([e.model_dump(mode="json") for e in lab.transcript.events(sid)])
+        return _newest_events(lab.transcript.events(sid))
+
+
+TRANSCRIPT_CHARS = 512 * 1024
+"""A transcript read stays well under a client's message limit (the SDK's: 1 MiB per event)."""
+
+
+def _newest_events(events: list[Any]) -> str:
+    """session_started, then the newest events whose JSON fits in TRANSCRIPT_CHARS."""
+    dumped = [json.dumps(e.model_dump(mode="json")) for e in events]
+    keep: list[str] = []
+    size = len(dumped[0]) if dumped else 0
+    for text in reversed(dumped[1:]):
+        if size + len(text) + 2 > TRANSCRIPT_CHARS:
+            break
+        keep.append(text)
+        size += len(text) + 2
+    return "[" + ", ".join(dumped[:1] + keep[::-1]) + "]"
 
 
 def _artifact_path(lab: LabContext, rid: str, name: str | None) -> Path:
