@@ -14,6 +14,8 @@ from labwarden.lab.host import tracefs
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
+from .ci_skips import missing, pytest_runtest_makereport  # noqa: F401  (the hook: in CI a skip fails)
+
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
@@ -65,9 +67,9 @@ def uprobes_reason() -> str | None:
 def needs_uprobes() -> None:
     reason = uprobes_reason()
     if reason:
-        pytest.skip(f"uprobes unavailable: {reason}")
+        missing(f"uprobes unavailable: {reason}")
     if shutil.which("perf") is None:
-        pytest.skip("perf not installed (apt-get install linux-perf)")
+        missing("perf not installed (apt-get install linux-perf)")
 
 
 def vlab_probes(layout: VlabLayout) -> list[str]:

@@ -239,7 +239,8 @@ def test_killed_loop_resumes_from_the_transcript(lab: Path, tmp_path: Path) -> N
 
 def test_guard_refusals_reach_the_model_and_a_budget_refusal_stops(lab: Path, tmp_path: Path) -> None:
     budgeted = lab.with_name("lab-budget.toml")
-    budgeted.write_text(lab.read_text() + "\n[policy.budgets]\ntool_calls = 1\n")
+    # the refused call counts too (issue 15): attribute (refused) and lab_status use the two
+    budgeted.write_text(lab.read_text() + "\n[policy.budgets]\ntool_calls = 2\n")
     turns = [Turn(tools=[ToolUse("attribute", {"suspect": "init"}), ToolUse("lab_status"),
                          ToolUse("lab_status")]),
              Turn(text="DONE: never reached")]
@@ -249,7 +250,7 @@ def test_guard_refusals_reach_the_model_and_a_budget_refusal_stops(lab: Path, tm
     assert res.exit_code == 0, res.output
     assert len(api.requests) == 1
     summary = (tmp_path / "summary.md").read_text()
-    assert "**Stopped:** budget -- the guard refused lab_status: tool calls: 1 of 1 used" in summary
+    assert "**Stopped:** budget -- the guard refused lab_status: tool calls: 2 of 2 used" in summary
     with _store(lab) as store:
         sid = _newest(store, "loop")
         states = [n for n in _events(store, sid, Note) if n.author == STATE]

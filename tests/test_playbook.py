@@ -16,6 +16,8 @@ from labwarden.cli.app import app
 from labwarden.playbook import model, refs
 from labwarden.vlab.layout import VlabLayout
 
+from .ci_skips import missing
+
 DATA = Path(__file__).parent / "data"
 
 
@@ -58,7 +60,7 @@ def test_run_writes_a_report_chromium_can_read(lab: VlabLayout, artifacts_dir: P
     assert remote == [], "self-contained: nothing fetched from the network"
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        pytest.skip("chromium not installed (make setup installs Debian's chromium as root)")
+        missing("chromium not installed (make setup installs Debian's chromium as root)")
     flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={lab.root / 'chromium-profile'}"]

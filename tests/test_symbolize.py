@@ -25,6 +25,7 @@ from labwarden.tools import profile as profile_tool
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
+from .ci_skips import missing
 from .tooling import baseline, call, ok
 
 pytestmark = pytest.mark.anyio
@@ -64,7 +65,7 @@ def _perf_record(layout: VlabLayout, out: Path, seconds: int, buildid_mmap: bool
                           "sleep", str(seconds)], capture_output=True, text=True)
     if res.returncode != 0:
         if "perf_event_paranoid" in res.stderr or "Permission" in res.stderr:
-            pytest.skip(f"perf record is not permitted here: {res.stderr.strip()[-200:]}")
+            missing(f"perf record is not permitted here: {res.stderr.strip()[-200:]}")
         raise AssertionError(res.stderr)
 
 
@@ -98,7 +99,7 @@ def record_profile(layout: VlabLayout, build_id: str, stations: int = 114, secon
 def lab(lab: VlabLayout) -> VlabLayout:
     """The shared module vlab (conftest), when perf is there to record it."""
     if shutil.which("perf") is None:
-        pytest.skip("perf not installed (apt-get install linux-perf)")
+        missing("perf not installed (apt-get install linux-perf)")
     return lab
 
 

@@ -152,8 +152,11 @@ def test_truncation_is_caught_by_an_exported_checkpoint(tmp_path: Path) -> None:
         assert cp.count == 10
         assert audit(store, sid, cp_file).ok
     _sql(db, ("DELETE FROM events WHERE seq >= 8", []))
-    assert _audit(db, sid).ok  # a truncated tail is still a valid chain...
-    report = _audit(db, sid, cp_file)  # ...but not what the checkpoint saw
+    # a truncated tail is still a valid chain, but not what the session's own anchor (written
+    # outside the database when it ended) saw: audit uses it by default
+    by_anchor = _audit(db, sid)
+    assert not by_anchor.ok and "anchor" in by_anchor.checks and by_anchor.first_bad_seq == 8
+    report = _audit(db, sid, cp_file)  # ...nor what an exported checkpoint saw
     assert not report.ok
     assert report.first_bad_seq == 8
     assert "truncated" in report.problems[0]
@@ -173,7 +176,8 @@ def test_rewritten_history_with_recomputed_hashes_is_caught_by_the_checkpoint(tm
                         [body, prev, h, r.seq]))
         prev = h
     _sql(db, *updates)
-    assert _audit(db, sid).ok
+    by_anchor = _audit(db, sid)  # the chain holds; the session's anchor does not (issue 15)
+    assert not by_anchor.ok and "rewritten" in by_anchor.problems[0]
     report = _audit(db, sid, cp_file)
     assert not report.ok and report.first_bad_seq == 10
     assert "rewritten" in report.problems[0]

@@ -271,17 +271,17 @@ def resumed_messages(saved: Saved) -> list[Message]:
 
 
 async def take_over_lease(ctx: LabSession, chain: list[str]) -> str | None:
-    """If a session we resume (dead: we are resuming it) still holds the DUT lease, hold it as ours
-    by taking its holder name. Returns the holder taken over, if any."""
+    """If a session we resume (dead: we are resuming it) still holds the DUT lease, take it over
+    as ours -- only if its process is gone (a holder still running on this host is refused:
+    resuming a live loop must not steal its lease). Returns the holder taken over, if any."""
     guard = ctx.guard
     if guard is None:
         return None
     current = await guard.lease.current()
     if current is None:
         return None
-    ours = guard.lease.holder.rsplit("/", 1)[0]
+    user_host = guard.lease.holder.split(":", 1)[0]  # user@host of holder_name()
     for sid in chain:
-        if current.holder == f"{ours}/{sid}":
-            guard.lease.holder = current.holder
-            return current.holder
+        if current.holder.startswith(f"{user_host}:") and current.holder.endswith(f"/{sid}"):
+            return current.holder if await guard.lease.adopt(current.holder) else None
     return None

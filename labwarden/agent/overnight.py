@@ -31,7 +31,7 @@ from labwarden.lab.config import LabProfile
 from labwarden.prompts import load, prompt_dir
 from labwarden.runtime.session import open_lab
 from labwarden.tools.context import ProgressFn
-from labwarden.transcripts.store import TranscriptError
+from labwarden.transcripts.store import TranscriptError, TranscriptStore
 
 StartFn = Callable[[str, list[str]], None]
 """Told the new session's id and the sessions it resumes (oldest first), once the run starts."""
@@ -116,13 +116,17 @@ async def run_loop(profile: LabProfile, model: Model, *, goal: str | None, limit
             outcome = await agent.run(limits, unattended=True)
             agent.note(STOP, {"stop": outcome.stop, "detail": outcome.detail})
             target = out_dir or ctx.data_dir / "loops" / sid
-            target.mkdir(parents=True, exist_ok=True)
+            db = store.path
+        # written once the session has ended: its anchor (head hash, kept outside the
+        # database) exists, and the summary names it
+        target.mkdir(parents=True, exist_ok=True)
+        with TranscriptStore(db) as ended:
             report = target / "report.html"
-            report.write_text(summary.html_report(store, sid))
+            report.write_text(summary.html_report(ended, sid))
             md = target / "summary.md"
-            md.write_text(summary.markdown(store, [sid, *chain], goal=goal, stop=outcome.stop,
+            md.write_text(summary.markdown(ended, [sid, *chain], goal=goal, stop=outcome.stop,
                                            detail=outcome.detail, final_text=outcome.final_text,
                                            report=report))
-            return LoopResult(session_id=sid, outcome=outcome, summary=md, report=report)
+        return LoopResult(session_id=sid, outcome=outcome, summary=md, report=report)
     finally:
         await model.close()

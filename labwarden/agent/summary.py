@@ -118,6 +118,8 @@ def markdown(store: TranscriptStore, sessions: list[str], *, goal: str, stop: st
              f"- **Tool calls:** {f.tool_calls} ({f.tool_errors} failed or refused)"]
     if report is not None:
         lines.append(f"- **Report:** {report}")
+    for sid in reversed(sessions):
+        lines.append(f"- **Transcript anchor** of {sid}: {anchor_line(store, sid)}")
     kept = [c for c in f.compared if c.kept]
     dropped = [c for c in f.compared if not c.kept]
     lines += ["", "## Kept", ""]
@@ -132,6 +134,18 @@ def markdown(store: TranscriptStore, sessions: list[str], *, goal: str, stop: st
     lines += ["", "## The model's last words (its claim, not a measurement)", ""]
     lines += ["> " + ln for ln in (final_text or "(none)").splitlines()]
     return "\n".join(lines) + "\n"
+
+
+def anchor_line(store: TranscriptStore, session_id: str) -> str:
+    """The session's anchor (written outside the database when it ended): what `transcripts
+    audit` checks the database against."""
+    try:
+        cp = store.anchor(session_id)
+    except Exception as exc:  # an unreadable anchor is itself worth saying
+        return f"unreadable ({exc})"
+    if cp is None:
+        return "none (the session did not end cleanly)"
+    return f"{cp.count} events, head sha256 {cp.head_hash} ({store.anchor_path(session_id)})"
 
 
 def html_report(store: TranscriptStore, session_id: str) -> str:

@@ -8,6 +8,7 @@ module is imported: a tool registered later (a plugin, a test) has its door too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable, MutableMapping
 from typing import Annotated
@@ -16,7 +17,17 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from labwarden.cli.common import DEFAULT_LAB, LabOpt, call_once, fail, fail_call, fail_on, load_profile, out
+from labwarden.cli.common import (
+    DEFAULT_LAB,
+    LabOpt,
+    call_once,
+    fail,
+    fail_call,
+    fail_on,
+    load_profile,
+    log_malformed,
+    out,
+)
 from labwarden.core.call import ToolCallRecord
 from labwarden.core.errors import LabError
 from labwarden.core.spec import ToolSpec
@@ -61,13 +72,19 @@ def _door(name: str) -> Callable[..., None]:
         lab: LabOpt = DEFAULT_LAB,
         as_json: Annotated[bool, typer.Option("--json", help="print the whole call record")] = False,
     ) -> None:
+        profile = load_profile(lab)
+        problem = remedy = None
         try:
             parsed = json.loads(args)
-        except json.JSONDecodeError as exc:
-            fail(f"arguments are not JSON: {exc}", "pass one JSON object, e.g. '{}'", 2)
-        if not isinstance(parsed, dict):
-            fail("arguments must be a JSON object", "e.g. '{\"stations\": 18}'", 2)
-        profile = load_profile(lab)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            problem, remedy = f"arguments are not JSON: {exc}", "pass one JSON object, e.g. '{}'"
+        else:
+            if not isinstance(parsed, dict):
+                problem, remedy = "arguments must be a JSON object", "e.g. '{\"stations\": 18}'"
+        if problem is not None:  # logged like any refused call (and counted), then reported
+            with contextlib.suppress(LabError, OSError):
+                asyncio.run(log_malformed(profile, name, args, problem))
+            fail(problem, remedy or "", 2)
         try:
             record = asyncio.run(call_once(profile, name, parsed))
         except LabError as exc:  # unreachable DUT, wrong host key, a labgrid place held by someone

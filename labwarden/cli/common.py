@@ -15,7 +15,7 @@ from rich.markup import escape
 from labwarden.core.call import ToolCallRecord
 from labwarden.core.errors import LabError
 from labwarden.lab.config import LabProfile, ProfileError
-from labwarden.runtime.runner import call_tool
+from labwarden.runtime.runner import call_tool, refuse_at_door
 from labwarden.runtime.session import open_lab
 from labwarden.tools import registry
 
@@ -79,3 +79,10 @@ async def call_once(profile: LabProfile, name: str, args: dict[str, Any]) -> Too
     eager = spec is None or spec.effect != "host_only"
     async with open_lab(profile, progress=progress, connect=eager) as ctx:
         return await call_tool(ctx, name, args)
+
+
+async def log_malformed(profile: LabProfile, name: str, raw: str, problem: str) -> None:
+    """Log a `labwarden call` whose arguments are not a JSON object, as a refused call in a
+    session of its own (no DUT connection is opened for it)."""
+    async with open_lab(profile, connect=False) as ctx:
+        refuse_at_door(ctx, name, raw, problem, remedy="pass one JSON object of arguments")

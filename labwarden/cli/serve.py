@@ -10,14 +10,17 @@ import typer
 from labwarden.cli.common import DEFAULT_LAB, LabOpt, err, fail, fail_on, load_profile
 from labwarden.server import http
 from labwarden.server.app import build_server
+from labwarden.server.httpdoor import HttpDoor
 
 
 def serve(
     lab: LabOpt = DEFAULT_LAB,
     http_bind: Annotated[str | None, typer.Option("--http", help="serve streamable HTTP on HOST:PORT "
                                                   "instead of stdio (loopback unless --token-file)")] = None,
-    token_file: Annotated[Path | None, typer.Option(help="bearer token file (chmod 600); required "
-                                                    "to bind anything but loopback")] = None,
+    token_file: Annotated[Path | None, typer.Option(help="bearer token file (chmod 600): one token, "
+                                                    "or NAME TOKEN per line (each NAME a principal "
+                                                    "of its own); required to bind anything but "
+                                                    "loopback")] = None,
     issuer: Annotated[str | None, typer.Option(help="OAuth issuer URL advertised to clients")] = None,
     transcript: Annotated[Path | None, typer.Option(help="transcript database (default: the "
                                                     "lab's data dir)")] = None,
@@ -40,6 +43,7 @@ def serve(
 
     server = build_server(profile, client="mcp-http", transcript=transcript, token_verifier=verifier,
                           auth=http.auth_settings(host, port, issuer) if verifier else None)
-    app = server.streamable_http_app(transport_security=http.security(host, port), host=host)
+    app = HttpDoor(server.streamable_http_app(transport_security=http.security(host, port), host=host),
+                   server)
     err.print(f"labwarden MCP on http://{host}:{port}/mcp" + (" (bearer auth)" if verifier else ""))
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -103,22 +103,33 @@ def audit_cmd(session: IdArg, db: DbOpt = DEFAULT_DB,
 
 @app.command("export")
 def export_cmd(session: IdArg, db: DbOpt = DEFAULT_DB,
-               format: Annotated[str, typer.Option("--format", help="jsonl or html")] = "jsonl",
+               format: Annotated[str, typer.Option("--format", help="jsonl, html, otlp (OpenTelemetry "
+                                                   "spans, OTLP/JSON) or otlp-proto (binary, "
+                                                   "needs -o)")] = "jsonl",
                output: Annotated[Path | None, typer.Option("-o", "--output", help="file (default stdout)")]
                = None) -> None:
-    """Export a session as JSON Lines (events with hashes) or a self-contained HTML timeline."""
+    """Export a session as JSON Lines (events with hashes), a self-contained HTML timeline, or
+    OpenTelemetry spans with the GenAI and MCP semantic-convention attributes (OTLP)."""
     if format not in export.FORMATS:
         fail(f"unknown format {format!r}", f"use --format {' or '.join(export.FORMATS)}")
+    if format == "otlp-proto" and output is None:
+        fail("otlp-proto is binary", "write it to a file with -o FILE (or use --format otlp)")
     with _open(db) as store:
         sid = store.resolve(session)
+        data: str | bytes
         if format == "jsonl":
-            text = export.jsonl(store.rows(sid))
+            data = export.jsonl(store.rows(sid))
+        elif format == "html":
+            data = export.html(timeline.of_session(store, sid))
         else:
-            text = export.html(timeline.of_session(store, sid))
+            from labwarden.transcripts import otlp  # protobuf: imported only when asked for
+
+            req = otlp.spans(sid, store.events(sid))
+            data = otlp.to_json(req) if format == "otlp" else req.SerializeToString()
     if output is None:
-        typer.echo(text, nl=False)
+        typer.echo(data, nl=False)
     else:
-        output.write_text(text)
+        output.write_bytes(data) if isinstance(data, bytes) else output.write_text(data)
         err.print(f"wrote {escape(str(output))}")
 
 

@@ -9,14 +9,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from labwarden.core.devtext import UNTRUSTED_NOTE
 from labwarden.core.errors import ErrorKind, LabError
 
 
 class ToolFailure(BaseModel):
     kind: ErrorKind
     code: str | None = Field(None, description="the guard's refusal code, when refused")
-    message: str = Field(description="what went wrong, naming the field or file (may quote device "
-                         "output: cleaned and capped)")
+    message: str = Field(description="what went wrong, naming the field or file; device output it "
+                         "quotes is cleaned, capped and marked",
+                         json_schema_extra={"x-untrusted": UNTRUSTED_NOTE})
     remedy: str | None = Field(None, description="what to do about it")
     lines: list[str] = Field(default_factory=list, description="failing lines (build, patch)")
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from labwarden.core.call import ToolCallRecord
+from labwarden.core.devtext import UNTRUSTED_NOTE
 from labwarden.core.usage import Usage
 
 # Version of the stored event bodies. Do NOT reorder, rename or remove fields of any event, nor
@@ -22,7 +23,9 @@ from labwarden.core.usage import Usage
 # these models. Adding a field with a default keeps the version: old bodies read as before and
 # older readers ignore the key. History: 1 (2026-11) first version; ToolCalled.guard added;
 # ToolCalled.measured added (the spec's `measures`, so audit needs no list of tool names).
-SCHEMA_VERSION = 1
+# 2 (2026-11): new kinds resource_read and request_refused (every request is logged at the
+# door; a reader of version 1 cannot parse them); SessionStarted.principal and .mcp_session_id.
+SCHEMA_VERSION = 2
 
 RefusalCode = Literal[
     "invalid_input",          # the arguments do not match the tool's schema
@@ -70,6 +73,12 @@ class SessionStarted(EventBase):
     """Whether that checkout had uncommitted changes."""
     schema_version: int = SCHEMA_VERSION
     """Version of the event schema this session was written with."""
+    principal: str | None = None
+    """Who the session acts for: `local:USER` (CLI, stdio, in-process), `bearer:CLIENT` (HTTP
+    with a token), `mcp-session:ID` (anonymous HTTP on loopback: the session is its own
+    principal). A session reads only transcripts of its own principal."""
+    mcp_session_id: str | None = None
+    """The MCP session (streamable HTTP's Mcp-Session-Id) this transcript session serves."""
 
 
 class MeasurementConditions(BaseModel):
@@ -129,8 +138,8 @@ class GuardDecision(EventBase):
     """Allowed as is, refused, or allowed after the guard changed lab state."""
     code: RefusalCode | None = None
     """Refusal code from the guard's closed set (None for allow and heal)."""
-    reason: str = ""
-    """Why."""
+    reason: str = Field("", json_schema_extra={"x-untrusted": UNTRUSTED_NOTE})
+    """Why (device text it quotes -- a lease holder, a knob's value -- is marked)."""
     remedy: str | None = None
     """What to do about a refusal."""
     changes: list[str] = Field(default_factory=list)
@@ -161,14 +170,46 @@ class Note(EventBase):
     """Who wrote it (user, agent, labwarden)."""
 
 
+class ResourceRead(EventBase):
+    kind: Literal["resource_read"] = "resource_read"
+    uri: str
+    """The URI read (a long one stored bounded, with its digest)."""
+    ok: bool
+    """Whether the read returned content."""
+    chars: int = 0
+    """Characters returned."""
+    error: str | None = None
+    """Why it failed."""
+
+
+class RequestRefused(EventBase):
+    """A request refused before it became a tool call or a resource read: by the HTTP transport
+    (unauthenticated, wrong Origin, oversized body, an unknown session, a protocol era this
+    server does not serve) or by the MCP SDK (an unknown method, malformed parameters)."""
+
+    kind: Literal["request_refused"] = "request_refused"
+    transport: str
+    """http, stdio, memory."""
+    method: str | None = None
+    """The JSON-RPC method, when the body could be read."""
+    status: int | None = None
+    """The HTTP status sent back."""
+    reason: str
+    """Why it was refused."""
+    body: dict[str, Any] | None = None
+    """The request body: small ones as they came, larger ones as a digest (size, sha256, head)."""
+    mcp_session_id: str | None = None
+    """The Mcp-Session-Id the request named, if any."""
+
+
 class SessionEnded(EventBase):
     kind: Literal["session_ended"] = "session_ended"
     reason: str = "done"
     """Why the session ended."""
 
 
-Event = Annotated[SessionStarted | ToolCalled | GuardDecision | ModelCall | Note | SessionEnded,
-                  Field(discriminator="kind")]
+Event = Annotated[SessionStarted | ToolCalled | GuardDecision | ModelCall | Note | ResourceRead
+                  | RequestRefused | SessionEnded, Field(discriminator="kind")]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 

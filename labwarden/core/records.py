@@ -12,6 +12,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from labwarden.core.errors import LabError
+from labwarden.core.paths import is_regular_file, within
 
 M = TypeVar("M", bound=BaseModel)
 _ID = re.compile(r"[a-z]{2,12}-[0-9a-f]{12}")
@@ -37,9 +38,18 @@ class RecordStore:
         return f"{kind}-{uuid.uuid4().hex[:12]}"
 
     def _path(self, kind: str, rid: str) -> Path:
+        """The record's file, resolved inside records/<kind>/ (a planted symlink out of it is
+        refused, core/paths.py)."""
         if not _ID.fullmatch(rid) or not rid.startswith(kind + "-"):
+            raise RecordNotFound(kind, rid[:64], self.ids(kind))
+        return within(self.root / kind, f"{rid}.json", what="record id")
+
+    def path(self, kind: str, rid: str) -> Path:
+        """The record's file, resolved and contained; RecordNotFound when there is none."""
+        path = self._path(kind, rid)
+        if not is_regular_file(path):
             raise RecordNotFound(kind, rid, self.ids(kind))
-        return self.root / kind / f"{rid}.json"
+        return path
 
     def save(self, kind: str, rid: str, record: BaseModel) -> Path:
         path = self._path(kind, rid)
@@ -50,10 +60,7 @@ class RecordStore:
         return path
 
     def load(self, kind: str, rid: str, cls: type[M]) -> M:
-        path = self._path(kind, rid)
-        if not path.is_file():
-            raise RecordNotFound(kind, rid, self.ids(kind))
-        return cls.model_validate_json(path.read_text())
+        return cls.model_validate_json(self.path(kind, rid).read_text())
 
     def ids(self, kind: str) -> list[str]:
         d = self.root / kind
@@ -61,6 +68,13 @@ class RecordStore:
             if d.is_dir() else []
 
     def artifact_dir(self, rid: str) -> Path:
-        path = self.artifacts / rid
+        path = within(self.artifacts, rid, what="record id")
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def artifact(self, rid: str, name: str | None = None) -> Path:
+        """An artifact file of a record (or its directory), resolved inside artifacts/<rid>/."""
+        if not _ID.fullmatch(rid):
+            raise RecordNotFound("artifact", rid[:64], [])
+        base = within(self.artifacts, rid, what="record id")
+        return base if name is None else within(base, name, what="artifact name")

@@ -26,11 +26,77 @@ and turns it bad if it fails (flash); prove: the second half -- runs on an unkno
 it good when `proof_field` of its result is true and bad otherwise (fingerprint_verify)."""
 
 
-class ToolInput(BaseModel):
-    """Base of every tool's input model: what all doors accept. An unknown field is refused (a
-    misspelt `window_s` must not silently measure with the default)."""
+MAX_STR = 4096
+"""Longest string any tool input accepts unless its field says otherwise (a free-text field
+such as a diff sets its own max_length)."""
 
-    model_config = ConfigDict(extra="forbid")
+
+class ToolInput(BaseModel):
+    """Base of every tool's input model: what all doors accept, for every tool alike.
+
+    - an unknown field is refused (a misspelt `window_s` must not silently measure with the
+      default);
+    - strict types: `true` is not a number, `"18"` is not an int, `1` is not a boolean;
+    - every string is bounded (MAX_STR unless the field sets its own max_length);
+    - every number, list and mapping must declare its bounds -- a subclass that leaves one
+      unbounded fails when it is defined (`unbounded()` names the field), so a tool's input is
+      refused at the door, before the guard takes a lease or heals anything.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, str_max_length=MAX_STR)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        missing = unbounded(cls)
+        if missing:
+            raise TypeError(f"{cls.__name__}: unbounded input field(s): {'; '.join(missing)} -- "
+                            "give numbers ge/le (or gt/lt), lists and mappings max_length, list "
+                            "items their own bounds (Annotated[int, Field(ge=.., le=..)])")
+
+
+def unbounded(model: type[BaseModel]) -> list[str]:
+    """Fields of `model`'s JSON schema (what every client is shown) that accept an unbounded
+    value: a number without both bounds, an array without maxItems, an object without
+    maxProperties, a string without maxLength (an enum or const is bounded)."""
+    schema = model.model_json_schema()
+    defs = schema.get("$defs", {})
+    out: list[str] = []
+
+    def walk(node: dict[str, Any], path: str, depth: int) -> None:
+        if depth > 8:
+            return
+        if "$ref" in node:
+            node = defs.get(node["$ref"].split("/")[-1], {})
+        if "enum" in node or "const" in node:
+            return
+        for key in ("anyOf", "allOf", "oneOf"):
+            for sub in node.get(key, []):
+                walk(sub, path, depth + 1)
+        kind = node.get("type")
+        if kind in ("integer", "number"):
+            low = "minimum" in node or "exclusiveMinimum" in node
+            high = "maximum" in node or "exclusiveMaximum" in node
+            if not (low and high):
+                out.append(f"{path}: a number needs both bounds")
+        elif kind == "string" and "maxLength" not in node:
+            out.append(f"{path}: a string needs max_length")
+        elif kind == "array":
+            if "maxItems" not in node:
+                out.append(f"{path}: a list needs max_length")
+            walk(node.get("items", {}), f"{path}[]", depth + 1)
+        elif kind == "object":
+            props = node.get("properties")
+            if props is not None:
+                for name, sub in props.items():
+                    walk(sub, f"{path}.{name}" if path else name, depth + 1)
+            elif "maxProperties" not in node:
+                out.append(f"{path}: a mapping needs max_length")
+            if isinstance(node.get("additionalProperties"), dict):
+                walk(node["additionalProperties"], f"{path}.*", depth + 1)
+
+    walk(schema, "", 0)
+    return out
 
 
 @dataclass(frozen=True)

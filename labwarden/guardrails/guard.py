@@ -2,20 +2,23 @@
 heals what the policy allows (then re-checks), and refuses the rest with a code, a reason and a
 remedy. It never runs the tool's side effect, and it reads only the spec -- no tool names.
 
-Order of a check: budgets, argument safety (identifiers, paths, suspects), board health,
-fingerprint, knobs (read and judged; nothing changes yet), the lease (only when the call needs
-it or a heal will change the DUT), then the heals, then -- for a measuring tool -- the conditions
-it runs under.
+Order: the call's budget slot is taken at the door (`admit`, before its arguments are even
+read: refused and malformed calls count). Then `check`: argument safety (identifiers, paths,
+suspects), board health, fingerprint, knobs (read and judged; nothing changes yet), the lease
+(only when the call needs it or a heal will change the DUT), the flash rate (per DUT, across
+sessions), then the heals, then -- for a measuring tool -- the conditions it runs under.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
+from labwarden.core.devtext import quote
 from labwarden.core.events import GuardDecision
 from labwarden.core.spec import ToolSpec
-from labwarden.guardrails import argsafety, paths, suspects
+from labwarden.guardrails import argsafety, flashrate, paths, suspects
+from labwarden.guardrails import budget as budgets
 from labwarden.guardrails.budget import BudgetState
 from labwarden.guardrails.context import GuardContext
 from labwarden.guardrails.lease import Lease
@@ -24,13 +27,33 @@ from labwarden.lab import knobs
 from labwarden.lab.boardstate import BoardState
 
 
+@dataclass
+class Admission:
+    """What the guard decided for one call that may run: the heals it carried out, the
+    conditions a measuring call runs under, and the flash slot it took (given back if the
+    flash fails). One per call: concurrent calls never share it."""
+
+    decisions: list[GuardDecision] = field(default_factory=list)
+    conditions: dict[str, Any] | None = None
+    flash_token: float | None = None
+
+
 class Guard:
     def __init__(self, ctx: GuardContext, holder: str):
         self.ctx = ctx
         prof = ctx.profile
         self.budget = BudgetState(prof.policy.budgets)
         self.lease = Lease(ctx.device, prof.dut.paths.run, holder, prof.policy.lease_ttl_s)
-        self.last_conditions: dict[str, Any] | None = None
+        self.flashes = flashrate.FlashRate(ctx.board.data_dir, ctx.device.addr,
+                                           prof.policy.budgets.flashes_per_hour)
+        self.session = holder.rsplit("/", 1)[-1]
+
+    def admit(self, tool: str) -> None:
+        """Take one call's slot of the session's budget at the door, before anything else --
+        unknown tools and malformed arguments count too. Raises Refused when it is spent."""
+        over = self.budget.admit()
+        if over:
+            raise refuse(tool, "budget_exceeded", over, budgets.REMEDY)
 
     # -- input safety ----------------------------------------------------------------------
     def _inputs(self, spec: ToolSpec, args: dict[str, Any]) -> None:
@@ -43,12 +66,10 @@ class Guard:
         for arg in spec.path_args:
             for item in args.get(arg) or []:
                 if isinstance(item, str) and "/" in item:
-                    roots = [Path(d) for d in prof.build.patches_dirs] + \
-                        [self.ctx.board.data_dir / "patches"]
                     try:
-                        paths.contained(item, roots)
+                        paths.contained(item, prof.patch_roots(), what=arg)
                     except paths.PathRefused as exc:
-                        raise refuse(spec.name, "unsafe_path", str(exc),
+                        raise refuse(spec.name, "unsafe_path", exc.problem,
                                      "use a patch id from the lab's patch directories") from None
         name = args.get(spec.suspect_arg) if spec.suspect_arg else None
         if isinstance(name, str) and (why := suspects.problem(prof.target, name)) is not None:
@@ -94,7 +115,7 @@ class Guard:
             changes += await knob.pin()
             again = await knob.state()
             if not again.ok:
-                raise refuse(spec.name, knob.refusal, f"{knob.name} still {again.value} after healing",
+                raise refuse(spec.name, knob.refusal, f"{knob.name} still {quote(again.value)} after healing",
                              "check the paths and [topology] in the lab profile")
         return changes
 
@@ -108,13 +129,11 @@ class Guard:
 
     # -- the check -------------------------------------------------------------------------
     async def check(self, spec: ToolSpec, args: dict[str, Any],
-                    state: BoardState | None = None) -> list[GuardDecision]:
-        """The heal decisions it carried out, in order; returning at all means allow (the runner
-        records that on the call's own event). Raises Refused (with its decision) to stop the
-        call. `state`: the board state as the caller just read it (read here otherwise)."""
-        over = self.budget.exceeded(spec)
-        if over:
-            raise refuse(spec.name, "budget_exceeded", over, "start a new session with a larger budget")
+                    state: BoardState | None = None) -> Admission:
+        """The admission of a call (its heals in order, its conditions, its flash slot);
+        returning at all means allow (the runner records that on the call's own event). Raises
+        Refused (with its decision) to stop the call. `state`: the board state as the caller
+        just read it (read here otherwise). The call's budget slot was taken by admit()."""
         self._inputs(spec, args)
         state = state or self.ctx.board.peek()
         self._health(spec, args, state)
@@ -129,21 +148,36 @@ class Guard:
             if other is not None:
                 raise refuse(spec.name, "lease_held", f"the DUT is leased to {other.describe()}",
                              "wait for it to expire or ask the holder to end their session")
-        decisions: list[GuardDecision] = []
-        if plan:
-            changes = await self._heal(spec, plan)
-            healed = ", ".join(k.name for k in plan)
-            decisions.append(GuardDecision(tool=spec.name, decision="heal",
-                                           reason=f"healed before the call: {healed}", changes=changes))
-        self.last_conditions = await self._conditions(state) if spec.measures else None
-        self.budget.tool_calls += 1
-        return decisions
+        admission = Admission()
+        if spec.counts_as_flash:  # last: a refused call must not hold a slot
+            why, admission.flash_token = self.flashes.reserve(self.session)
+            if why is not None:
+                raise refuse(spec.name, "budget_exceeded", why, flashrate.REMEDY)
+        try:
+            if plan:
+                changes = await self._heal(spec, plan)
+                healed = ", ".join(k.name for k in plan)
+                admission.decisions.append(GuardDecision(
+                    tool=spec.name, decision="heal", reason=f"healed before the call: {healed}",
+                    changes=changes))
+            admission.conditions = await self._conditions(state) if spec.measures else None
+        except BaseException:
+            self.release(admission)
+            raise
+        return admission
+
+    def release(self, admission: Admission) -> None:
+        """Give back what an admitted call took and did not use (its flash slot)."""
+        if admission.flash_token is not None:
+            self.flashes.release(admission.flash_token)
+            admission.flash_token = None
 
     def after(self, spec: ToolSpec, ok: bool, result: dict[str, Any] | None,
-              health_before: str) -> GuardDecision | None:
-        """Count the call against the budgets; a failed health check turns an unknown board bad,
-        a passed proof turns it good."""
-        self.budget.took(spec, ok)
+              health_before: str, admission: Admission | None = None) -> GuardDecision | None:
+        """A flash that failed gives its slot back; a failed health check turns an unknown board
+        bad, a passed proof turns it good."""
+        if admission is not None and not ok:
+            self.release(admission)
         if health_before != "unknown" or spec.health not in ("restore", "prove"):
             return None
         proved = spec.health == "prove" and spec.proof_field is not None \

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from labwarden.core.devtext import UNTRUSTED_NOTE
+
 BoardHealth = Literal["good", "unknown", "bad"]
 FILE = "labstate.json"
 
@@ -18,7 +20,9 @@ FILE = "labstate.json"
 class BoardState(BaseModel):
     version: int = 1
     board_health: BoardHealth = "good"
-    health_reason: str | None = None
+    health_reason: str | None = Field(None, json_schema_extra={"x-untrusted": UNTRUSTED_NOTE},
+                                      description="why the board is not good; DUT output in it "
+                                      "(a failed flash's stderr) is quoted and marked")
     flashed_build: str | None = Field(None, description="build id of the last successful flash")
     flashed_at: datetime | None = None
     verified_build: str | None = Field(None, description="build id verified since the last flash")

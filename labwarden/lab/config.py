@@ -225,10 +225,22 @@ class LabProfile(_Strict):
         return prof
 
     def data_dir(self) -> Path:
-        if self.lab.data_dir:
-            return Path(self.lab.data_dir).expanduser()
+        """The lab's data dir, absolute (a relative [lab] data_dir is relative to this profile's
+        directory): the root every stored identifier resolves under."""
         base = Path(self.source).parent if self.source and self.source != "<profile>" else Path.cwd()
-        return base / "labwarden-data"
+        path = Path(self.lab.data_dir).expanduser() if self.lab.data_dir else Path("labwarden-data")
+        return (path if path.is_absolute() else base / path).absolute()
+
+    def patch_roots(self) -> list[Path]:
+        """Where patch ids and patch paths may point: [build] patches_dirs (relative ones against
+        this profile's directory) and the data dir's patches/ (submitted patches). The guard and
+        the builder both use this list: one set of roots for one kind of identifier."""
+        base = Path(self.source).parent if self.source and self.source != "<profile>" else None
+        roots = []
+        for d in self.build.patches_dirs:
+            p = Path(d).expanduser()
+            roots.append(p if p.is_absolute() or base is None else base / p)
+        return [*roots, self.data_dir() / "patches"]
 
     def ssh_endpoint(self) -> SshEndpoint:
         """The SSH endpoint for the ssh backend (the labgrid backend resolves its own)."""

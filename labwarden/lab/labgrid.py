@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
+from labwarden.core.devtext import quote
 from labwarden.core.errors import LabError
 from labwarden.lab.dut.endpoint import SshEndpoint
 
@@ -99,12 +100,12 @@ class PlaceBusy(LabgridError):
         host, _, user = holder.partition("/")
         if ours:
             super().__init__(
-                f"place {place} is already acquired by {holder}, which is this identity: a session "
+                f"place {place} is already acquired by {quote(holder)}, which is this identity: a session "
                 "that never released it (a crash?) or another labwarden running as the same user",
                 f"if no session uses it, run `LG_USERNAME={user} labgrid-client -p {place} release`")
         else:
             super().__init__(
-                f"place {place} is acquired by {holder} (user {user} on host {host})",
+                f"place {place} is acquired by {quote(holder)} (user {quote(user)} on host {quote(host)})",
                 f"ask {user} to run `labgrid-client -p {place} release` on {host}, or wait until the "
                 "place is released and retry")
 

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from labwarden.core.measurements import ProfileRecord, SweepRecord
+from labwarden.core.paths import PathRefused, contained
 from labwarden.core.records import RecordStore
 from labwarden.transcripts.store import TranscriptStore
 
@@ -48,6 +49,9 @@ class ReportData(BaseModel):
     refused: int
     healed: list[str]
     result_tokens: dict[str, int]
+    anchor: str = ""
+    """The transcript's head the report rests on: the session's anchor (kept outside the
+    database, written when it ended) or, for a session still open, its head right now."""
 
 
 def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str) -> ReportData:
@@ -91,7 +95,7 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str)
             elif c.tool == "gate_check":
                 gates.append(r)
             elif c.tool == "symbolize":
-                syms.append(r)
+                syms.append(_contained_svgs(r, data_dir / "symbolized"))
             elif c.tool == "attribute":
                 attrs.append(r)
     labels = {s.sweep.id: s.label for s in stages}
@@ -108,4 +112,27 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str)
     return ReportData(title=title, session_id=session_id, lab=info.get("lab_name"), stages=stages,
                       compares=compares, gates=gates, symbolized=syms, attributions=attrs,
                       windows=windows, model_calls=model_calls, tokens=tokens, cost_usd=round(cost, 4),
-                      tool_calls=calls, refused=refused, healed=healed, result_tokens=result_tokens)
+                      tool_calls=calls, refused=refused, healed=healed, result_tokens=result_tokens,
+                      anchor=_anchor(store, session_id))
+
+
+def _contained_svgs(result: dict[str, Any], root: Path) -> dict[str, Any]:
+    """A symbolize result whose SVG paths the report may embed: only files inside the data
+    dir's symbolized/ (a path anywhere else is dropped, never read)."""
+    out = dict(result)
+    for key in ("svg", "baseline_svg", "diff_svg"):
+        if isinstance(out.get(key), str):
+            try:
+                out[key] = str(contained(out[key], [root], what=key))
+            except PathRefused:
+                out.pop(key)
+    return out
+
+
+def _anchor(store: TranscriptStore, session_id: str) -> str:
+    anchor = store.anchor(session_id)
+    if anchor is not None:
+        return f"anchor: {anchor.count} events, head sha256 {anchor.head_hash}"
+    head = store.checkpoint(session_id)
+    return (f"head when written: {head.count} events, sha256 {head.head_hash} (the session is "
+            "still open; its anchor is written when it ends)")

@@ -33,8 +33,8 @@ def _flames(d: ReportData) -> list[dict[str, str]]:
     elif len(plain) > 1:
         picks.append(("After", plain[-1], "svg"))
     for title, s, key in picks:
-        path = Path(s[key])
-        if path.is_file():
+        path = Path(s[key]) if s.get(key) else None  # report/data.py drops paths out of the data dir
+        if path is not None and path.is_file():
             pid = s["baseline_profile_id"] if key == "baseline_svg" else s["profile_id"]
             caption = (f"profile {pid}" if key == "baseline_svg" else
                        f"profile {pid} at {s.get('stations', '?')} clients, {s['samples']} samples, "

@@ -7,6 +7,8 @@ follows from its spec alone (core/spec.py).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -15,13 +17,18 @@ from pydantic import ValidationError
 
 from labwarden.core.call import ToolCallRecord, ToolFailure
 from labwarden.core.devtext import clean, untrusted_fields
+from labwarden.core.digest import bounded_args, bounded_name
 from labwarden.core.errors import LabError
 from labwarden.core.events import GuardDecision, ToolCalled
 from labwarden.core.spec import ToolSpec
+from labwarden.guardrails import budget as budgets
+from labwarden.guardrails.guard import Admission, Guard
 from labwarden.guardrails.refusal import Refused
+from labwarden.runtime import door
+from labwarden.runtime.leasekeeper import lease_renewal
 from labwarden.runtime.session import LabSession
 from labwarden.tools import registry
-from labwarden.tools.context import LabContext
+from labwarden.tools.context import LabContext, current_messages
 
 
 def _invalid(exc: ValidationError) -> ToolFailure:
@@ -52,26 +59,57 @@ def _refused(ctx: LabContext, record: ToolCallRecord, d: GuardDecision) -> ToolC
     record.error = ToolFailure(kind="refused" if d.code != "invalid_input" else "invalid_input",
                                code=d.code, message=d.reason, remedy=d.remedy)
     ctx.log(d, _call_event(record, None), durable=False)  # nothing ran
+    door.logged()
     return record
 
 
-def _guard(ctx: LabContext) -> Any:
+def _guard(ctx: LabContext) -> Guard | None:
     return ctx.guard if isinstance(ctx, LabSession) else None
+
+
+def refuse_at_door(ctx: LabContext, name: str, args: Any, reason: str,
+                   remedy: str = "send one JSON object of arguments, as the tool's input schema "
+                   "says (`labwarden call TOOL --help`)") -> ToolCallRecord:
+    """Log (and count against the budget) a call that failed before it could reach call_tool:
+    arguments that are not a JSON object, a request the MCP SDK's own validation refused. The
+    same two events as any refusal; the arguments stored bounded (core/digest.py)."""
+    guard = _guard(ctx)
+    if guard is not None:
+        with contextlib.suppress(Refused):  # already spent: still logged, as invalid input
+            guard.admit(name)
+    record = ToolCallRecord(tool=bounded_name(name), args=bounded_args(args))
+    return _refused(ctx, record, GuardDecision(tool=record.tool, decision="refuse",
+                                               code="invalid_input", reason=reason, remedy=remedy))
+
+
+def _timed_out(name: str, guard: Guard) -> ToolFailure:
+    limit = guard.budget.limits.wall_time_s
+    return ToolFailure(kind="timeout", code="budget_exceeded",
+                       message=f"wall time: the session's {limit:g} s ran out while {name} ran; "
+                       "it was stopped and its clean-up ran", remedy=budgets.REMEDY)
 
 
 async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCallRecord:
     """Run one call through the door every caller shares; never raises for a failed call (the
     record says what failed), only for a cancellation."""
     started = datetime.now(UTC)
+    guard = _guard(ctx)
 
-    def unrun(call_args: dict[str, Any]) -> ToolCallRecord:  # a call that stops before the tool
-        return ToolCallRecord(tool=name, args=call_args, started_at=started)
+    def unrun(call_args: Any) -> ToolCallRecord:  # a call that stops before the tool
+        return ToolCallRecord(tool=bounded_name(name), args=bounded_args(call_args),
+                              started_at=started)
 
+    if guard is not None:  # the call's budget slot, first: refused and malformed calls count
+        try:
+            guard.admit(bounded_name(name))
+        except Refused as exc:
+            return _refused(ctx, unrun(args), exc.decision)
     spec: ToolSpec | None = registry.TOOLS.get(name)
     if spec is None:
+        shown = bounded_name(name)
         return _refused(ctx, unrun(args), GuardDecision(
-            tool=name, decision="refuse", code="tool_unknown",
-            reason=f"unknown tool {name!r}; tools: {', '.join(sorted(registry.TOOLS))}",
+            tool=shown, decision="refuse", code="tool_unknown",
+            reason=f"unknown tool {shown!r}; tools: {', '.join(sorted(registry.TOOLS))}",
             remedy="call one of the listed tools"))
     try:
         inp = spec.input.model_validate(args)
@@ -84,10 +122,10 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
     conditions = None
     state = ctx.peek_state()  # one read per call, shared with the guard
     health_before = state.board_health
-    guard = _guard(ctx)
+    admission: Admission | None = None
     if guard is not None:
         try:
-            decisions = await guard.check(spec, call_args, state)
+            admission = await guard.check(spec, call_args, state)
         except Refused as exc:
             return _refused(ctx, unrun(call_args), exc.decision)
         except LabError as exc:  # the guard could not read or lease the DUT: nothing ran
@@ -95,23 +133,41 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
             record.error = ToolFailure.of(exc)
             record.error.message = clean(record.error.message)
             ctx.log(_call_event(record, None), durable=False)
+            door.logged()
             return record
         # A heal changed the DUT: committed (durably) now, before the tool runs. The allow
         # that follows is recorded on the call's own event (ToolCalled.guard): one row, one
         # commit per call.
-        if decisions:
-            ctx.log(*decisions)
-        conditions = guard.last_conditions
+        if admission.decisions:
+            ctx.log(*admission.decisions)
+        conditions = admission.conditions
     t0 = time.monotonic()
-    mark = len(ctx.messages)
+    messages: list[str] = []
+    messages_token = current_messages.set(messages)  # this call's progress, for its record
     # the outcome is gathered in locals and the record built once at the end: each assignment
     # to a pydantic field costs as much as a small model, and this runs on every call
     out: Any = None
     result: dict[str, Any] | None = None
     error: ToolFailure | None = None
+    left = guard.budget.time_left() if guard is not None else None
+    renewal = lease_renewal(guard, spec) if guard is not None else contextlib.nullcontext()
     try:
-        out = await spec.run(ctx, inp)
-        result = out.model_dump(mode="json")
+        async with renewal:
+            if left is None:
+                out = await spec.run(ctx, inp)
+            else:  # the wall-time budget stops a call that would cross it (cancelled cleanly)
+                deadline = asyncio.timeout(left)
+                try:
+                    async with deadline:
+                        out = await spec.run(ctx, inp)
+                except (TimeoutError, LabError):  # a tool may turn its cancellation into an error
+                    if not deadline.expired():
+                        raise
+                    assert guard is not None
+                    error = _timed_out(name, guard)
+                    await ctx.settle()  # its shielded clean-ups finish before the call returns
+        if error is None:
+            result = out.model_dump(mode="json")
     except LabError as exc:  # every problem/remedy failure: its kind travels with it
         error = ToolFailure.of(exc)
     except BaseException as exc:
@@ -122,20 +178,23 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         raise
     finally:
         ok = result is not None and error is None
-        if error is not None:  # errors often quote device stderr
+        if error is not None:  # errors quote device stderr (marked at the source); clean anyway
             error.message = clean(error.message)
             error.lines = [clean(ln, 300) for ln in error.lines[:40]]
-        record = ToolCallRecord(tool=name, args=call_args, started_at=started,
+        record = ToolCallRecord(tool=name, args=bounded_args(call_args), started_at=started,
                                 duration_s=round(time.monotonic() - t0, 4), ok=ok,
                                 result=result if ok else None, error=error,
-                                progress=ctx.messages[mark:],
+                                progress=messages,
                                 untrusted=untrusted_fields(spec.output) if ok else [],
                                 output=out if ok else None)
-        after = guard.after(spec, ok, record.result, health_before) if guard is not None else None
+        after = guard.after(spec, ok, record.result, health_before, admission) \
+            if guard is not None else None
         events: list[Any] = [_call_event(record, conditions, allowed=guard is not None,
                                          measured=spec.measures)]
         if after is not None:  # the board turned bad: recorded after the call that did it
             events.append(after)
         # a call that changed the DUT, or turned the board bad, must survive a power cut too
         ctx.log(*events, durable=spec.effect in CHANGES_DUT or after is not None)
+        door.logged()
+        current_messages.reset(messages_token)
     return record

@@ -1,21 +1,24 @@
 """A lab session: the DUT connection, the guard and the transcript session every call lands in.
 
-`open_lab` is the one way every door (MCP server lifespan, `labwarden call`, a playbook, the
-agent) opens a lab; it yields a `LabSession`, the `LabContext` tools receive plus the guard
-that only the runner and the agent use.
+`open_lab` is the one way every door (a CLI call, a playbook, the agent) opens a lab; it yields
+a `LabSession`, the `LabContext` tools receive plus the guard that only the runner and the agent
+use. A server that serves several clients at once opens the lab once (`open_hub`: one DUT
+connection) and gives each client session a `LabSession` of its own -- its own transcript
+session, budget and lease holder -- opened on first use and closed when that client leaves.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import getpass
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from labwarden.guardrails.context import GuardContext
 from labwarden.guardrails.guard import Guard
+from labwarden.guardrails.lease import holder_name
 from labwarden.lab.config import LabProfile
 from labwarden.lab.dut.device import Device
 from labwarden.tools.context import LabContext, ProgressFn, no_progress
@@ -31,13 +34,16 @@ def default_transcript(profile: LabProfile) -> Path:
     return profile.data_dir() / "transcripts.db"
 
 
+def local_principal(user: str | None = None) -> str:
+    """The principal of whoever runs labwarden on this host (CLI, stdio, in-process)."""
+    return f"local:{user or getpass.getuser()}"
+
+
 @contextlib.asynccontextmanager
-async def open_lab(profile: LabProfile, progress: ProgressFn = no_progress,
-                   user: str | None = None, *, client: str = "python", guarded: bool = True,
-                   transcript: Path | None = None, connect: bool = True) -> AsyncIterator[LabSession]:
-    """Connect to the DUT the profile names (acquiring its labgrid place first, if any); when
-    guarded, every call passes the guard and lands in the transcript. `connect=False` opens
-    the DUT connection only when a call first needs it (a report needs no DUT)."""
+async def open_device(profile: LabProfile, user: str | None = None, *,
+                      connect: bool = True) -> AsyncIterator[Device]:
+    """The DUT the profile names (its labgrid place acquired first, if any); `connect=False`
+    connects only when something first asks the DUT."""
     async with contextlib.AsyncExitStack() as stack:
         if profile.dut.backend == "labgrid":
             # imported here: labgrid's client pulls in gRPC, which the ssh backend never needs
@@ -54,18 +60,44 @@ async def open_lab(profile: LabProfile, progress: ProgressFn = no_progress,
             await stack.enter_async_context(device)
         else:
             stack.push_async_callback(device.close)
+        yield device
+
+
+@contextlib.asynccontextmanager
+async def open_session(profile: LabProfile, device: Device, progress: ProgressFn = no_progress,
+                       user: str | None = None, *, client: str = "python", guarded: bool = True,
+                       transcript: Path | None = None, principal: str | None = None,
+                       mcp_session_id: str | None = None) -> AsyncIterator[LabSession]:
+    """A session over an open DUT connection; when guarded, every call passes its own guard
+    (budget, lease holder) and lands in its own transcript session."""
+    async with contextlib.AsyncExitStack() as stack:
         data_dir = profile.data_dir()
         data_dir.mkdir(parents=True, exist_ok=True)
         ctx = LabSession(profile=profile, device=device, data_dir=data_dir, progress=progress)
         if guarded:
             ctx.transcript = TranscriptStore(transcript or default_transcript(profile))
             stack.callback(ctx.transcript.close)
-            ctx.session_id = ctx.transcript.start_session(client, lab_profile=profile.source,
-                                                          lab_name=profile.lab.name)
-            holder = f"{user or getpass.getuser()}@{socket.gethostname()}/{ctx.session_id}"
+            ctx.principal = principal or local_principal(user)
+            ctx.session_id = ctx.transcript.start_session(
+                client, lab_profile=profile.source, lab_name=profile.lab.name,
+                principal=ctx.principal, mcp_session_id=mcp_session_id)
+            holder = holder_name(user or getpass.getuser(), ctx.session_id)
             ctx.guard = Guard(GuardContext(profile=profile, device=device, board=ctx.board), holder)
             stack.push_async_callback(_close_session, ctx)
         stack.push_async_callback(ctx.settle)  # runs first: clean-ups finish on a live connection
+        yield ctx
+
+
+@contextlib.asynccontextmanager
+async def open_lab(profile: LabProfile, progress: ProgressFn = no_progress,
+                   user: str | None = None, *, client: str = "python", guarded: bool = True,
+                   transcript: Path | None = None, connect: bool = True) -> AsyncIterator[LabSession]:
+    """Connect to the DUT the profile names (acquiring its labgrid place first, if any); when
+    guarded, every call passes the guard and lands in the transcript. `connect=False` opens
+    the DUT connection only when a call first needs it (a report needs no DUT)."""
+    async with open_device(profile, user, connect=connect) as device, \
+            open_session(profile, device, progress, user, client=client, guarded=guarded,
+                         transcript=transcript) as ctx:
         yield ctx
 
 
@@ -74,4 +106,68 @@ async def _close_session(ctx: LabSession) -> None:
     if ctx.guard.lease.held:
         with contextlib.suppress(Exception):  # a dead DUT must not hide the session's end
             await ctx.guard.lease.release()
-    ctx.transcript.end_session(ctx.session_id, "closed")
+    ctx.transcript.end_session(ctx.session_id, "closed")  # writes its anchor too
+
+
+class LabHub:
+    """A lab opened once for a server: one DUT connection, and one `LabSession` per client
+    session (key), opened on first use. Each has its own transcript session, budget and lease
+    holder: clients never share a budget, and one client's lease is another's `lease_held`."""
+
+    def __init__(self, profile: LabProfile, device: Device, *, client: str, user: str | None,
+                 transcript: Path | None) -> None:
+        self.profile = profile
+        self.device = device
+        self.client = client
+        self.user = user
+        self.transcript = transcript
+        self._sessions: dict[str, tuple[LabSession, contextlib.AsyncExitStack]] = {}
+        self._lock = asyncio.Lock()
+
+    @property
+    def data_dir(self) -> Path:
+        return self.profile.data_dir()
+
+    def sessions(self) -> dict[str, LabSession]:
+        return {k: v[0] for k, v in self._sessions.items()}
+
+    async def session(self, key: str, *, principal: str | None = None,
+                      mcp_session_id: str | None = None) -> LabSession:
+        """The session of `key`, opened now if it is new."""
+        found = self._sessions.get(key)
+        if found is not None:
+            return found[0]
+        async with self._lock:  # two first requests of one client open one session
+            found = self._sessions.get(key)
+            if found is not None:
+                return found[0]
+            stack = contextlib.AsyncExitStack()
+            ctx = await stack.enter_async_context(open_session(
+                self.profile, self.device, user=self.user, client=self.client,
+                transcript=self.transcript, principal=principal, mcp_session_id=mcp_session_id))
+            self._sessions[key] = (ctx, stack)
+            return ctx
+
+    async def close(self, key: str) -> None:
+        """End the session of `key` (its client left): clean-ups, lease, session_ended, anchor."""
+        found = self._sessions.pop(key, None)
+        if found is not None:
+            await found[1].aclose()
+
+    async def aclose(self) -> None:
+        for key in list(self._sessions):
+            with contextlib.suppress(Exception):
+                await self.close(key)
+
+
+@contextlib.asynccontextmanager
+async def open_hub(profile: LabProfile, *, client: str, user: str | None = None,
+                   transcript: Path | None = None) -> AsyncIterator[LabHub]:
+    """Open the lab for a server: the DUT connection now, sessions as clients arrive; every
+    session still open is ended when the server stops."""
+    async with open_device(profile, user) as device:
+        hub = LabHub(profile, device, client=client, user=user, transcript=transcript)
+        try:
+            yield hub
+        finally:
+            await hub.aclose()

@@ -1,5 +1,6 @@
-"""Build the MCP server for one lab: a typed lifespan that opens the lab (DUT connection,
-guard, transcript session), every tool, the resources and the prompts."""
+"""Build the MCP server for one lab: a typed lifespan that opens the lab (the DUT connection,
+shared; each client session gets its own guard and transcript session: server/sessions.py),
+every tool, the resources and the prompts."""
 
 from __future__ import annotations
 
@@ -15,10 +16,9 @@ from mcp.server.mcpserver import MCPServer
 
 from labwarden import __version__
 from labwarden.lab.config import LabProfile
-from labwarden.runtime.session import open_lab
+from labwarden.runtime.session import LabHub, open_hub
 from labwarden.server import prompts, resources, tools
 from labwarden.server.labserver import LabServer
-from labwarden.tools.context import LabContext
 
 INSTRUCTIONS = """labwarden runs a performance lab: build a patched firmware, flash it, verify by \
 fingerprint what runs, load the device with clients, measure, attribute, profile, symbolize and \
@@ -28,7 +28,7 @@ remedy -- follow the remedy. Results are small; raw data (perf.data, flamegraphs
 
 @dataclass
 class ServerState:
-    lab: LabContext
+    hub: LabHub
 
 
 def build_server(profile: LabProfile, *, transcript: Path | None = None, client: str = "mcp",
@@ -36,10 +36,14 @@ def build_server(profile: LabProfile, *, transcript: Path | None = None, client:
                  user: str | None = None) -> MCPServer[ServerState]:
     @contextlib.asynccontextmanager
     async def lifespan(_server: MCPServer[Any]) -> AsyncIterator[ServerState]:
-        async with open_lab(profile, user=user, client=client, transcript=transcript) as lab:
-            yield ServerState(lab=lab)
+        async with open_hub(profile, user=user, client=client, transcript=transcript) as hub:
+            server.hub = hub  # for the HTTP door (server/httpdoor.py)
+            try:
+                yield ServerState(hub=hub)
+            finally:
+                server.hub = None
 
-    server: MCPServer[ServerState] = LabServer(
+    server = LabServer(
         profile.data_dir(), name="labwarden", title="labwarden performance lab", version=__version__,
         instructions=INSTRUCTIONS, lifespan=lifespan, token_verifier=token_verifier, auth=auth,
         log_level="WARNING")

@@ -21,8 +21,8 @@ from pydantic import ValidationError
 
 from labwarden.core.devtext import clean
 from labwarden.core.measurements import ProfileRecord, SweepRecord
+from labwarden.core.paths import PathRefused, contained, is_regular_file
 from labwarden.core.records import RecordStore
-from labwarden.guardrails.paths import PathRefused, contained
 
 LATEST = 20
 """Records of each kind, reports and symbolize results listed (the newest)."""
@@ -64,7 +64,7 @@ def inside(data_dir: Path, path: Path) -> Path | None:
         real = contained(str(path), [data_dir])
     except PathRefused:
         return None
-    return real if real.is_file() else None
+    return real if is_regular_file(real) else None
 
 
 def browse(data_dir: Path) -> list[Resource]:

@@ -16,23 +16,27 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import InputRequiredResult, Resource
 from pydantic import AnyUrl
 
-from labwarden.server import browse, stdio, tools
-from labwarden.tools import registry
+from labwarden.server import browse, door, stdio, tools
 
 
 class LabServer(MCPServer[Any]):
     """An MCPServer for the lab whose records live in `data_dir`."""
 
     def __init__(self, data_dir: Path, **settings: Any) -> None:
+        # the door logs every tool call and resource read, even those the SDK refuses itself
+        settings["middleware"] = [door.middleware, *settings.get("middleware", [])]
         super().__init__(**settings)
         self.data_dir = data_dir
+        self.hub: Any = None
+        """The lab (runtime.session.LabHub) while the server runs: set by its lifespan."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[Any, Any] | None = None) -> Any:
-        """The runner has validated the arguments and built the output from the tool's own
-        model, so MCPServer's second validation and result conversion would only add time to
-        every call (bench/tool_overhead.py)."""
-        if context is None or name not in registry.TOOLS:
+        """Every name goes to the runner -- unknown ones too, so the guard refuses and the
+        transcript records them. The runner has validated the arguments and built the output
+        from the tool's own model, so MCPServer's second validation and result conversion
+        would only add time to every call (bench/tool_overhead.py)."""
+        if context is None:
             return await super().call_tool(name, arguments, context)
         return await tools.call(context, name, arguments)
 

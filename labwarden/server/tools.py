@@ -16,8 +16,11 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import WithJsonSchema
 
+from labwarden.core.call import ToolFailure
+from labwarden.core.devtext import UNTRUSTED_NOTE, quoted
 from labwarden.core.spec import ToolSpec
 from labwarden.runtime.runner import call_tool
+from labwarden.server.sessions import lab_for
 from labwarden.tools import registry
 from labwarden.tools.context import LabContext, current_progress
 
@@ -54,7 +57,7 @@ def _signature(spec: ToolSpec) -> inspect.Signature:
 async def call(ctx: Context, name: str, arguments: dict[str, Any]) -> CallToolResult:
     """One call through the runner (guard, transcript); a failure raises ToolError, which
     MCPServer turns into an is_error result carrying the JSON below."""
-    lab: LabContext = ctx.request_context.lifespan_context.lab
+    lab: LabContext = await lab_for(ctx.request_context)
 
     async def progress(done: float, total: float | None, message: str) -> None:
         await ctx.report_progress(done, total, message)
@@ -65,15 +68,24 @@ async def call(ctx: Context, name: str, arguments: dict[str, Any]) -> CallToolRe
     finally:
         current_progress.reset(token)
     if not record.ok:
-        err = record.error
-        raise ToolError(json.dumps({
-            "code": (err.code if err else None) or (err.kind if err else "internal"),
-            "kind": err.kind if err else "internal",
-            "reason": err.message if err else "failed", "remedy": err.remedy if err else None,
-            "lines": err.lines[:20] if err else []}))
+        raise ToolError(failure_json(record.error))
     # the text is the JSON the transcript counted (result_chars): what the model reads, compact
     return CallToolResult(content=[TextContent(type="text", text=record.result_json or "null")],
                           structured_content=record.result)
+
+
+def failure_json(err: ToolFailure | None) -> str:
+    """The refusal or failure a client reads: code, kind, reason, remedy, lines -- and, when the
+    reason quotes device output, which fields do and what the marker means."""
+    body: dict[str, Any] = {
+        "code": (err.code if err else None) or (err.kind if err else "internal"),
+        "kind": err.kind if err else "internal",
+        "reason": err.message if err else "failed", "remedy": err.remedy if err else None,
+        "lines": err.lines[:20] if err else []}
+    marked = [k for k in ("reason", "lines") if quoted(json.dumps(body[k], ensure_ascii=False))]
+    if marked:
+        body["untrusted"] = {"fields": marked, "note": UNTRUSTED_NOTE}
+    return json.dumps(body, ensure_ascii=False)
 
 
 def _handler(spec: ToolSpec):  # type: ignore[no-untyped-def]

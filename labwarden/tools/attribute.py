@@ -42,7 +42,7 @@ class AttributeInput(ToolInput):
     suspect: str = Field(description="process to pause; must be in the profile's [target] suspects",
                          examples=["stamon"])
     window_s: float = Field(10, gt=0, description=f"pause length, s (at most {MAX_WINDOW_S:g})",
-                            examples=[20])
+                            examples=[20], json_schema_extra={"maximum": MAX_WINDOW_S})
     baseline_s: float | None = Field(None, gt=0, le=600, description="length of the before and "
                                      "after measurements, s (default: window_s)")
 
@@ -228,9 +228,10 @@ async def run(ctx: LabContext, inp: AttributeInput) -> AttributeOutput:
                 ok, _, by = await ctx.shielded(_release(dev, inst, pause, notes))
                 outcome = f"resumed ({by})" if ok else "STILL STOPPED: SIGCONT did not help"
             # no await here: the progress sink may be gone when the call was cancelled
-            ctx.messages.append(f"attribute aborted: {inp.suspect} (pid {inst.pid}) {outcome}"
-                                + "".join(f"; {n}" for n in notes))
-            log.warning("%s", ctx.messages[-1])
+            aborted = (f"attribute aborted: {inp.suspect} (pid {inst.pid}) {outcome}"
+                       + "".join(f"; {n}" for n in notes))
+            ctx.note(aborted)
+            log.warning("%s", aborted)
     now = await procs.instance(dev, inp.suspect, prof.target.pidfile(inp.suspect))
     if now is None or (now.pid, now.starttime) != (inst.pid, inst.starttime):
         resumed = False

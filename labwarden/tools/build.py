@@ -12,14 +12,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from labwarden.core.errors import ToolError
+from labwarden.core.paths import contained, is_regular_file, within
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import builder
 from labwarden.tools.context import LabContext
 
 
 class BuildInput(ToolInput):
-    patches: list[str] = Field(default_factory=list, description="patch ids (e.g. '0901') or "
-                               ".patch paths, applied in order", examples=[["0901", "0902"]])
+    patches: list[str] = Field(default_factory=list, max_length=32, description="patch ids (e.g. "
+                               "'0901') or .patch paths, applied in order", examples=[["0901", "0902"]])
     ref: str = Field("HEAD", description="git ref of the firmware repo to build", examples=["HEAD"])
 
 
@@ -35,6 +37,7 @@ class BuildOutput(BaseModel):
 
 async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:
     recipe = builder.recipe_of(ctx.profile.build, ctx.profile.dut.paths.rootfs)
+    recipe.patches_dirs = ctx.profile.patch_roots()  # the guard's roots, the data dir's included
     loop = asyncio.get_running_loop()
     steps: list[str] = []
 
@@ -52,16 +55,19 @@ async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:
 
 
 def load_manifest(ctx: LabContext, build_id: str) -> builder.BuildManifest:
-    """The manifest of an earlier build, or a clear error naming what exists."""
-    from labwarden.core.errors import ToolError
-
+    """The manifest of an earlier build (resolved inside the builds dir), or a clear error
+    naming what exists."""
     builds = Path(ctx.profile.build.builds).expanduser()
-    path = builds / build_id / "manifest.json"
-    if not build_id.isalnum() or not path.is_file():
+    path = within(builds, build_id, "manifest.json", what="build_id") \
+        if build_id.isalnum() and len(build_id) <= 64 else None
+    if path is None or not is_regular_file(path):
         known = sorted(p.parent.name for p in builds.glob("*/manifest.json"))[:10]
-        raise ToolError("invalid_input", f"build_id: no build {build_id!r}",
+        raise ToolError("invalid_input", f"build_id: no build {build_id[:64]!r}",
                         f"run `build` first; known builds: {', '.join(known) or 'none'}")
-    return builder.BuildManifest.model_validate_json(path.read_text())
+    manifest = builder.BuildManifest.model_validate_json(path.read_text())
+    for produced in (manifest.image, manifest.symfs):  # a planted manifest points nowhere else
+        contained(produced, [path.parent], what="build_id")
+    return manifest
 
 
 SPEC = ToolSpec(name="build", description=describe(__doc__),

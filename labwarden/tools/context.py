@@ -27,6 +27,9 @@ ProgressFn = Callable[[float, float | None, str], Awaitable[None]]
 current_progress: ContextVar[ProgressFn | None] = ContextVar("labwarden_progress", default=None)
 """Per-call progress sink (an MCP request's ctx.report_progress); concurrent calls each get
 their own, while the LabContext is shared by the session."""
+current_messages: ContextVar[list[str] | None] = ContextVar("labwarden_messages", default=None)
+"""Per-call list of progress messages (the runner's, for the call's record): concurrent calls
+never mix theirs, and a long session keeps none."""
 
 
 async def no_progress(done: float, total: float | None, message: str) -> None:
@@ -42,6 +45,8 @@ class LabContext:
     messages: list[str] = field(default_factory=list)
     transcript: TranscriptStore | None = None
     session_id: str | None = None
+    principal: str | None = None
+    """Who the session acts for (transcripts/access.py: which sessions it may read)."""
     facts: dict[str, Any] = field(default_factory=dict)
     """What the session learnt once about the DUT (e.g. whether it takes uprobes)."""
     board: BoardStateFile = field(init=False, repr=False)
@@ -83,9 +88,16 @@ class LabContext:
         self.board.save(state)
 
     async def report(self, done: float, total: float | None, message: str) -> None:
-        self.messages.append(message)
+        mine = current_messages.get()
+        (mine if mine is not None else self.messages).append(message)
         sink = current_progress.get() or self.progress
         await sink(done, total, message)
+
+    def note(self, message: str) -> None:
+        """A progress line for the call's record, without sending it (no await: usable after
+        the client gave up)."""
+        mine = current_messages.get()
+        (mine if mine is not None else self.messages).append(message)
 
     def log(self, *events: Any, durable: bool = True) -> None:
         """Append transcript events in one transaction, committed before this returns (at most

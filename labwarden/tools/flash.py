@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.dut import procs
@@ -50,9 +51,9 @@ async def run(ctx: LabContext, inp: FlashInput) -> FlashOutput:
     try:
         res = await dev.exec([*prof.flash.command, remote], timeout=prof.flash.timeout_s)
         if res.exit_status != 0:
-            state.health_reason = f"flash command exited {res.exit_status}: {res.stderr[-300:]}"
+            state.health_reason = f"flash command exited {res.exit_status}: {quote(res.stderr)}"
             ctx.save_state(state)
-            raise ToolError("device", f"flash failed: {res.stderr.strip()[-300:]}",
+            raise ToolError("device", f"flash failed: {quote(res.stderr)}",
                             "the board is now `unknown`: run lab_status, then flash a known image")
     except DeviceError:
         pass  # the DUT dropping the session while it reboots is what a flash looks like

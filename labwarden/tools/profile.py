@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord, Window
 from labwarden.core.records import RecordStore
@@ -94,7 +95,7 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
         # procfs reports size 0, so SFTP reads nothing: stream it through cat instead
         res = await dev.exec(["cat", "/proc/kallsyms"], timeout=60, cap=64 << 20)
         if res.exit_status != 0 or res.truncated:
-            raise ToolError("device", f"cannot read /proc/kallsyms: {res.stderr.strip()[:200]}",
+            raise ToolError("device", f"cannot read /proc/kallsyms: {quote(res.stderr)}",
                             "symbolize needs kernel symbols: run as root on the DUT")
         Path(kallsyms).write_text(res.stdout)
     probes = prof.target.uprobes if inp.uprobes else {}
@@ -156,7 +157,7 @@ def _maybe_probes(ctx: LabContext, probes: dict[str, str]):  # type: ignore[no-u
 def _counters(stat: RunResult, window_s: float) -> dict[str, float]:
     counts = perfcount.parse_perf_stat_csv(stat.stderr)
     if stat.exit_status != 0 or not counts:
-        raise ToolError("device", f"perf stat of uprobes failed: {stat.stderr.strip()[-300:]}",
+        raise ToolError("device", f"perf stat of uprobes failed: {quote(stat.stderr)}",
                         "is tracefs mounted on the DUT? `labwarden doctor`")
     return {uprobes.counter_name(e): round(c / window_s, 3) for e, c in counts.items()}
 
@@ -217,7 +218,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
         rec = results[1]
         try:
             if rec.exit_status != 0:
-                raise ToolError("device", f"perf record failed: {rec.stderr.strip()[-300:]}",
+                raise ToolError("device", f"perf record failed: {quote(rec.stderr)}",
                                 "`labwarden doctor` on the DUT side: perf installed, root?")
             local = art / f"rep{rep}.perf.data"
             await dev.get(remote, local)

@@ -12,9 +12,11 @@ import re
 from pydantic import BaseModel, Field
 
 from labwarden.core.errors import ToolError
+from labwarden.core.paths import within
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.report import data, render
 from labwarden.tools.context import LabContext
+from labwarden.transcripts.access import readable
 
 
 class ReportInput(ToolInput):
@@ -36,11 +38,15 @@ async def run(ctx: LabContext, inp: ReportInput) -> ReportOutput:
     if ctx.transcript is None:
         raise ToolError("tool", "the report is built from the transcript, and this session has none",
                         "open the lab guarded (the default)")
-    sid = ctx.session_id if inp.session == "current" else ctx.transcript.resolve(inp.session)
+    # a session reads only what its principal may read (another client's session does not exist)
+    sid = ctx.session_id if inp.session == "current" else \
+        ctx.transcript.resolve(inp.session, readable(ctx.transcript, ctx.principal))
     assert sid is not None
     await ctx.report(0, 2, "collecting the session's results")
     d = data.collect(ctx.transcript, sid, ctx.data_dir, re.sub(r"[\x00-\x1f]", "", inp.title))
-    path = render.write(d, ctx.data_dir / "reports" / f"{inp.name}.html")
+    # a report name is an identifier: its file is resolved inside reports/ (a planted symlink
+    # there is not written through)
+    path = render.write(d, within(ctx.data_dir / "reports", f"{inp.name}.html", what="name"))
     await ctx.report(2, 2, f"report written: {path}")
     return ReportOutput(path=str(path), stages=[s.label for s in d.stages],
                         comparisons=len(d.compares), gates_passed=[g["passed"] for g in d.gates],

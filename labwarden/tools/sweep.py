@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 from datetime import UTC, datetime
+from typing import Annotated
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -22,7 +23,8 @@ from labwarden.tools.context import LabContext
 
 
 class SweepInput(ToolInput):
-    densities: list[int] = Field([18, 60, 114], min_length=1, max_length=12,
+    densities: list[Annotated[int, Field(ge=0, le=4096)]] = Field(
+        [18, 60, 114], min_length=1, max_length=12,
                                  description="client counts, ascending", examples=[[18, 60, 114]])
     reps: int = Field(3, ge=1, le=10)
     window_s: float = Field(10, ge=2, le=300)

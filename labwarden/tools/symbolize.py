@@ -19,8 +19,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord
+from labwarden.core.paths import PathRefused, contained, is_regular_file, within
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import folded as fl
@@ -35,10 +37,10 @@ FORMAT = 1
 
 class SymbolizeInput(ToolInput):
     profile_id: str = Field(description="a profile record id (kind 'prof')", examples=["prof-0123456789ab"])
-    rep: int = Field(0, ge=0, description="which window's perf.data")
+    rep: int = Field(0, ge=0, le=9, description="which window's perf.data")
     baseline_profile_id: str | None = Field(None, description="compare against this profile "
                                             "(top deltas + differential flame graph)")
-    baseline_rep: int = Field(0, ge=0, description="the baseline's window")
+    baseline_rep: int = Field(0, ge=0, le=9, description="the baseline's window")
     top: int = Field(25, ge=1, le=40, description="lines of the hot-path tree")
     functions: list[str] = Field(default_factory=list, max_length=20,
                                  description="symbols whose share to report (e.g. a patch's target)",
@@ -115,8 +117,9 @@ def _load(store: RecordStore, pid: str, rep: int) -> tuple[ProfileRecord, Path]:
         raise ToolError("invalid_input", f"rep: {pid} has no perf.data for rep {rep}",
                         f"reps with perf.data: {with_perf or 'none (profile with perf=true)'}")
     path = Path(window.perf_data)
-    path = path if path.is_absolute() else store.artifacts / pid / path
-    if not path.is_file():
+    raw = str(path if path.is_absolute() else store.artifact(pid) / path)
+    path = contained(raw, [store.artifact(pid)], what="profile_id")  # the record's own artifacts
+    if not is_regular_file(path):
         raise ToolError("invalid_input", f"rep: perf.data of {pid} rep {rep} is gone ({path})",
                         "profile again")
     return rec, path
@@ -153,14 +156,15 @@ async def symbolized(ctx: LabContext, rec: ProfileRecord, perf_data: Path,
     """The folded stacks + SVG of one perf.data: from the cache, or made now. (result, cached)"""
     base = ctx.data_dir / "symbolized"
     key = (await asyncio.to_thread(content_key, perf_data, base / "sha256-memo.json"))[:16]
-    index = base / f"{key}.json"
-    if index.is_file():
+    index = within(base, f"{key}.json", what="symbolize key")
+    if is_regular_file(index):
         try:
             hit = Symbolized.model_validate_json(index.read_text())
-            if hit.format == FORMAT and Path(hit.folded).is_file() and Path(hit.svg).is_file():
+            files = [contained(f, [base / key], what="symbolize key") for f in (hit.folded, hit.svg)]
+            if hit.format == FORMAT and all(is_regular_file(f) for f in files):
                 return hit, True
-        except ValueError:
-            pass  # unreadable or old: make it again
+        except (ValueError, PathRefused):
+            pass  # unreadable, old, or pointing out of its directory: make it again
     out = base / key
     out.mkdir(parents=True, exist_ok=True)
     warnings: list[str] = []
@@ -169,7 +173,7 @@ async def symbolized(ctx: LabContext, rec: ProfileRecord, perf_data: Path,
         kallsyms = out / "kallsyms"
         res = await ctx.device.exec(["cat", "/proc/kallsyms"], timeout=60, cap=64 << 20)
         if res.exit_status != 0:
-            raise ToolError("device", f"cannot read /proc/kallsyms: {res.stderr.strip()[:200]}",
+            raise ToolError("device", f"cannot read /proc/kallsyms: {quote(res.stderr)}",
                             "kernel frames need the DUT's kallsyms: check root on the DUT")
         kallsyms.write_text(res.stdout)
         warnings.append("kallsyms read now, not at record time: wrong if the DUT rebooted since")

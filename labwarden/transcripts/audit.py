@@ -3,7 +3,9 @@
 Chain: every body must hash (with the previous hash) to its stored hash, link to the previous
 event and say the seq it is stored at; seqs run 1, 2, 3... without gaps. That catches an edited,
 deleted or reordered event. A checkpoint (count + head hash, exported earlier) catches a
-truncated tail, which leaves a valid but shorter chain.
+truncated tail, which leaves a valid but shorter chain, and a database rewritten with every hash
+recomputed. Every session writes its own checkpoint -- its anchor -- outside the database when
+it ends (store.write_anchor); audit checks against it unless given another.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
 from labwarden.core.events import ModelCall, ToolCalled, parse_event
+from labwarden.core.paths import PathRefused
 from labwarden.transcripts import pricing
 from labwarden.transcripts.chain import GENESIS, link_hash
 from labwarden.transcripts.store import Checkpoint, EventRow, TranscriptStore, load_checkpoint
@@ -26,7 +29,7 @@ class Problem(BaseModel):
     seq: int | None
     """The first event concerned (None: the whole file or session)."""
     check: str
-    """chain, checkpoint, integrity, cost, conditions, session."""
+    """chain, checkpoint, anchor, integrity, cost, conditions, session."""
     message: str
     """What is wrong."""
 
@@ -115,6 +118,35 @@ def _check_checkpoint(rows: list[EventRow], cp: Checkpoint, session_id: str, out
                                    f"events up to seq {cp.count} were rewritten (hashes recomputed)"))
 
 
+def _check_anchor(store: TranscriptStore, rows: list[EventRow], session_id: str,
+                  report: AuditReport) -> None:
+    """The session's own anchor (written outside the database when it ended) is the default
+    checkpoint: a database rewritten with recomputed hashes, or cut short, no longer matches."""
+    try:
+        anchor = store.anchor(session_id)
+    except (PathRefused, ValueError, OSError) as exc:
+        report.findings.append(Problem(seq=None, check="anchor", message=f"unreadable anchor: {exc}"))
+        return
+    ended = bool(rows) and rows[-1].kind == "session_ended"
+    if anchor is None:
+        if ended or any(r.kind == "session_ended" for r in rows):
+            report.findings.append(Problem(
+                seq=None, check="anchor",
+                message=f"the session ended but its anchor {store.anchor_path(session_id)} is missing "
+                        "(removed, or the session predates anchors)"))
+        else:
+            report.warnings.append("no anchor yet (the session is open or crashed) and no checkpoint "
+                                   "given: a truncated tail cannot be detected")
+        return
+    report.checks.append("anchor")
+    _check_checkpoint(rows, anchor, session_id, report.findings)
+    last = rows[-1].seq if rows else 0
+    if last > anchor.count:
+        report.findings.append(Problem(seq=anchor.count + 1, check="anchor",
+                                       message=f"{last - anchor.count} event(s) after the session's "
+                                               "end anchor"))
+
+
 def _check_model_call(store: TranscriptStore, seq: int, ev: ModelCall, report: AuditReport) -> None:
     tbl = pricing.table()
     if ev.pricing_version != tbl.version:
@@ -178,7 +210,7 @@ def audit(store: TranscriptStore, session_id: str,
         cp = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
         _check_checkpoint(rows, cp, session_id, report.findings)
     else:
-        report.warnings.append("no checkpoint given: a truncated tail cannot be detected")
+        _check_anchor(store, rows, session_id, report)
     report.checks.append("integrity")
     integrity = store.integrity_check()
     if integrity != ["ok"]:

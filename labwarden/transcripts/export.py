@@ -8,7 +8,8 @@ import json
 from labwarden.transcripts.store import EventRow
 from labwarden.transcripts.timeline import Timeline
 
-FORMATS = ("jsonl", "html")
+FORMATS = ("jsonl", "html", "otlp", "otlp-proto")
+"""otlp: OpenTelemetry spans as OTLP/JSON; otlp-proto: the same as protobuf (binary)."""
 
 
 def jsonl(rows: list[EventRow]) -> str:

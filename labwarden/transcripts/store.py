@@ -19,9 +19,10 @@ refusals), so a read costs no fsync (see bench/tool_overhead.py).
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +42,7 @@ from labwarden.core.events import (
     SessionStarted,
     parse_event,
 )
+from labwarden.core.paths import within
 from labwarden.core.provenance import labwarden_provenance
 from labwarden.transcripts.chain import GENESIS, body_json, link_hash
 from labwarden.transcripts.pricing import tokens_by_kind
@@ -185,6 +187,8 @@ class TranscriptStore:
         elif int(row[0]) > SCHEMA_VERSION:
             raise TranscriptError(f"{self.path} has transcript schema {row[0]}, this labwarden reads "
                                   f"up to {SCHEMA_VERSION}", "upgrade labwarden to read it")
+        elif int(row[0]) < SCHEMA_VERSION:  # events of the new version follow: say so for readers
+            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
         db["sessions"].create({"id": str, "started_at": str, "client": str, "lab_name": str,
                                "lab_profile": str, "labwarden_version": str, "git_commit": str,
                                "git_dirty": int, "ended_at": str, "end_reason": str},
@@ -208,12 +212,14 @@ class TranscriptStore:
     # -- writing ---------------------------------------------------------------------------
 
     def start_session(self, client: str, *, lab_profile: str | None = None, lab_name: str | None = None,
-                      session_id: str | None = None) -> str:
+                      session_id: str | None = None, principal: str | None = None,
+                      mcp_session_id: str | None = None) -> str:
         """Create a session and write its session_started event; returns the session id."""
         version, commit, dirty = labwarden_provenance()
         sid = session_id or f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
         ev = SessionStarted(client=client, lab_profile=lab_profile, lab_name=lab_name,
-                            labwarden_version=version, git_commit=commit, git_dirty=dirty)
+                            labwarden_version=version, git_commit=commit, git_dirty=dirty,
+                            principal=principal, mcp_session_id=mcp_session_id)
         with self._write():
             self.db["sessions"].insert({"id": sid, "started_at": ev.ts.isoformat(), "client": client,
                                         "lab_name": lab_name, "lab_profile": lab_profile,
@@ -240,12 +246,15 @@ class TranscriptStore:
         """append_many() for callers that keep no StoredEvent (the tool runner, once per call):
         the same commit, returning each event's (seq, prev_hash, hash)."""
         try:
-            return self._append_txn(session_id, events, durable)
+            links = self._append_txn(session_id, events, durable)
         except sqlite3.IntegrityError:
             # another process appended to this session since we last looked: our cached head
             # is stale (its seq is taken), and the transaction rolled back. Read it afresh.
             self._heads.pop(session_id, None)
-            return self._append_txn(session_id, events, durable)
+            links = self._append_txn(session_id, events, durable)
+        if any(isinstance(ev, SessionEnded) for ev in events):
+            self.write_anchor(session_id)  # the head, kept outside the database
+        return links
 
     def _append_txn(self, session_id: str, events: list[EventBase],
                     durable: bool) -> list[tuple[int, str, str]]:
@@ -354,19 +363,22 @@ class TranscriptStore:
                                   "list them with: labwarden transcripts list")
         return rows[0]
 
-    def resolve(self, id_or_prefix: str) -> str:
-        """A full session id from an id or a unique prefix of one."""
+    def resolve(self, id_or_prefix: str, allowed: Callable[[str], bool] | None = None) -> str:
+        """A full session id from an id or a unique prefix of one. With `allowed`, sessions it
+        rejects do not exist for this caller (not even in an "ambiguous" list)."""
         ids = [r["id"] for r in self.db.query("SELECT id FROM sessions WHERE id = ? OR id LIKE ? ESCAPE '\\'",
                                              [id_or_prefix, _like_prefix(id_or_prefix)])]
+        if allowed is not None:
+            ids = [i for i in ids if allowed(i)]
         if id_or_prefix in ids:
             return id_or_prefix
         if len(ids) == 1:
             return ids[0]
-        if not ids and self.db.execute("SELECT 1 FROM events WHERE session_id = ? LIMIT 1",
-                                       [id_or_prefix]).fetchone():
+        if allowed is None and not ids and self.db.execute(
+                "SELECT 1 FROM events WHERE session_id = ? LIMIT 1", [id_or_prefix]).fetchone():
             return id_or_prefix  # its sessions row is gone; let audit say so
         raise TranscriptError(
-            f"{'ambiguous' if ids else 'no'} session {id_or_prefix!r} in {self.path}"
+            f"{'ambiguous' if ids else 'no'} session {id_or_prefix[:64]!r} in {self.path}"
             + (f": matches {', '.join(ids[:5])}" if ids else ""),
             "give more of the id; list them with: labwarden transcripts list")
 
@@ -377,6 +389,47 @@ class TranscriptStore:
         if head is None:
             raise TranscriptError(f"session {session_id!r} has no events", "nothing to checkpoint")
         return Checkpoint(session_id=session_id, count=head[0], head_hash=head[1])
+
+    # -- anchors: each session's head, outside the database -----------------------------------
+
+    @property
+    def anchors(self) -> Path:
+        """Where each ended session's checkpoint is written: beside the database, not in it (a
+        rewritten database with recomputed hashes no longer matches its anchors)."""
+        return self.path.parent / f"{self.path.name}.anchors"
+
+    def anchor_path(self, session_id: str) -> Path:
+        """The anchor file of a session: its id, contained in the anchors dir (core/paths.py)."""
+        return within(self.anchors, f"{session_id}.json", what="session id")
+
+    def write_anchor(self, session_id: str) -> Checkpoint:
+        """Write the session's checkpoint to its anchor file (atomically; fsynced)."""
+        cp = self.checkpoint(session_id)
+        path = self.anchor_path(session_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write(cp.model_dump_json(indent=2) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+        return cp
+
+    def anchor(self, session_id: str) -> Checkpoint | None:
+        """The session's anchor, if one was written."""
+        path = self.anchor_path(session_id)
+        return load_checkpoint(path) if path.is_file() else None
+
+    def principal(self, session_id: str) -> str | None:
+        """Who the session acts for (its session_started event); None for older sessions."""
+        row = self.db.execute("SELECT body FROM events WHERE session_id = ? AND seq = 1",
+                              [session_id]).fetchone()
+        if row is None:
+            return None
+        try:
+            return json.loads(row[0]).get("principal")
+        except (ValueError, AttributeError):
+            return None
 
     def export_checkpoint(self, session_id: str, path: Path | str) -> Checkpoint:
         """Write the checkpoint as JSON to `path` (keep it somewhere the transcript is not)."""

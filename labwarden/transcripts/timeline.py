@@ -7,7 +7,16 @@ import json
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.events import GuardDecision, ModelCall, Note, SessionEnded, SessionStarted, ToolCalled
+from labwarden.core.events import (
+    GuardDecision,
+    ModelCall,
+    Note,
+    RequestRefused,
+    ResourceRead,
+    SessionEnded,
+    SessionStarted,
+    ToolCalled,
+)
 from labwarden.transcripts.pricing import KINDS, tokens_by_kind
 from labwarden.transcripts.store import StoredEvent, TranscriptStore
 
@@ -93,6 +102,13 @@ def _row(s: StoredEvent, t0: float, tot: Totals) -> Row:
                               for k, n in tokens.items() if n)
     elif isinstance(ev, Note):
         row.what, row.detail = ev.author, _short(ev.text, 200)
+    elif isinstance(ev, ResourceRead):
+        row.what, row.detail = ev.uri, ev.error or f"{ev.chars} chars"
+        row.status = "ok" if ev.ok else "error"
+    elif isinstance(ev, RequestRefused):
+        row.what = ev.method or ev.transport
+        row.detail = ev.reason + (f" ({_short(ev.body)})" if ev.body else "")
+        row.status = f"refused {ev.status}" if ev.status else "refused"
     elif isinstance(ev, SessionStarted):
         row.what, row.detail = ev.client, _short({"lab": ev.lab_name, "profile": ev.lab_profile})
     elif isinstance(ev, SessionEnded):

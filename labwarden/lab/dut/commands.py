@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import asyncssh
 from pydantic import BaseModel, Field
 
+from labwarden.core.devtext import quote
 from labwarden.lab.dut.channel import Capture, ChannelBroken, ShellChannel, both, command_line, read_to_eof
 from labwarden.lab.dut.connection import Connection
 from labwarden.lab.dut.errors import (
@@ -96,7 +97,7 @@ class Commands:
         result = _result(argv, status, out, err, t0)
         if check and status != 0:
             raise CommandFailed(f"`{_describe(argv)}` exited {status} on {self.addr}: "
-                                f"{result.stderr.strip()[-300:]}",
+                                f"{quote(result.stderr)}",
                                 "see stderr above; run it with check=False to inspect the result")
         return result
 

@@ -3,6 +3,7 @@ profile's RPC client: the source of truth that associate, sweep and the gates ch
 
 from __future__ import annotations
 
+from labwarden.core.devtext import quote
 from labwarden.lab.config import LabProfile
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.errors import DeviceError
@@ -13,6 +14,6 @@ async def count(dev: Device, profile: LabProfile) -> dict[str, int]:
     res = await dev.run([profile.target.rpc_client, "--socket", profile.load.socket, "count"],
                         timeout=10)
     if res.exit_status != 0:
-        raise DeviceError(f"{profile.target.rpc_client} count failed: {res.stderr.strip()[:200]}",
+        raise DeviceError(f"{profile.target.rpc_client} count failed: {quote(res.stderr)}",
                           f"is {profile.target.process} running? lab_status shows it")
     return {k: int(v) for k, v in (kv.split("=", 1) for kv in res.stdout.split())}

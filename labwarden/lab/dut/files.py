@@ -17,6 +17,7 @@ from pathlib import Path
 
 import asyncssh
 
+from labwarden.core.devtext import quote
 from labwarden.lab.dut.commands import Commands
 from labwarden.lab.dut.connection import Connection
 from labwarden.lab.dut.errors import CommandFailed, ConnectionLost, RemoteFileError
@@ -143,7 +144,7 @@ class Files:
         res = await self.commands.run(["sha256sum", "--", *paths], cap=cap)
         if res.exit_status not in (0, 1):
             raise CommandFailed(f"sha256sum on {self.addr} exited {res.exit_status}: "
-                                f"{res.stderr.strip()[-300:]}",
+                                f"{quote(res.stderr)}",
                                 "the DUT needs sha256sum in PATH (busybox provides it)")
         return _parse_sha256sum(res.stdout, paths)
 

@@ -3,6 +3,7 @@ a signal from a fixed allowlist. (procs.py builds on these: which instance of a 
 
 from __future__ import annotations
 
+from labwarden.core.devtext import quote
 from labwarden.lab.dut.commands import Commands
 from labwarden.lab.dut.errors import CommandFailed
 
@@ -31,6 +32,6 @@ async def send_signal(commands: Commands, pid: int, sig: str) -> None:
         raise ValueError(f"pid must be an int > 1; got {pid!r}")
     res = await commands.run(["kill", f"-{sig}", str(pid)])
     if res.exit_status != 0:
-        raise CommandFailed(f"kill -{sig} {pid} on {commands.addr} failed: {res.stderr.strip()}",
+        raise CommandFailed(f"kill -{sig} {pid} on {commands.addr} failed: {quote(res.stderr)}",
                             "is the process still there? pids change across restarts: "
                             "look it up again with pidof")

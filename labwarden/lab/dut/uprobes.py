@@ -10,6 +10,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+from labwarden.core.devtext import quote
 from labwarden.lab import elfsym, perfcount
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.errors import CommandTimeout, DeviceError
@@ -49,7 +50,7 @@ async def registered(dev: Device, tracefs: str, library: str, probes: dict[str, 
             line = perfcount.probe_line(name, Path(library), elfsym.dynsym_offset(local, func))
             res = await dev.run([*_APPEND, line, events], timeout=10)
             if res.exit_status != 0:
-                raise DeviceError(f"cannot register uprobe {counter} ({func}): {res.stderr.strip()[:200]}",
+                raise DeviceError(f"cannot register uprobe {counter} ({func}): {quote(res.stderr)}",
                                   f"is tracefs mounted at {tracefs} and are you root on the DUT?")
             done.append(name)
         yield [f"{perfcount.GROUP}:{n}" for n in done]

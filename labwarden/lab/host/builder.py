@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import tarfile
@@ -23,6 +22,7 @@ from elftools.elf.elffile import ELFFile
 from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
+from labwarden.core.paths import check_name, contained, is_regular_file, within
 from labwarden.lab.config import BuildSection
 
 # Fixed identity and dates: the same sources and patches give the same commit on every machine.
@@ -87,32 +87,57 @@ def git(repo: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
-_PATCH_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+MAX_PATCH_BYTES = 16 << 20
+"""A patch larger than this is refused (the vlab's are a few KiB)."""
 
 
-def resolve_patch(ref: str, patches_dirs: list[Path]) -> Path:
-    """A patch id ('0901') names a patch file `0901-*.patch` in one of `patches_dirs`;
-    anything else must be an existing .patch file."""
-    if _PATCH_ID.fullmatch(ref):
-        for d in patches_dirs:
-            found = sorted(d.glob(f"{ref}-*.patch")) + sorted(d.glob(f"{ref}.patch"))
-            if found:
-                return found[0]
-    path = Path(ref)
-    if path.suffix in (".patch", ".diff") and path.is_file():
-        return path.resolve()
+class Patch(BaseModel):
+    """A patch as applied: its file name and its bytes, read once (what is hashed is applied)."""
+
+    name: str
+    path: Path = Field(description="the file, resolved: inside one of the patch directories")
+    data: bytes = Field(repr=False)
+
+
+def resolve_patch(ref: str, patches_dirs: list[Path]) -> Patch:
+    """A patch id ('0901') names `0901-*.patch` or `0901.patch` in one of `patches_dirs`; an
+    absolute path must name a .patch/.diff file inside one of them. Every candidate is resolved
+    (symlinks followed) and contained in its directory (core/paths.py); nothing is ever looked up
+    in the working directory."""
+    if "/" in ref:
+        path = contained(ref, patches_dirs, what="patches")
+        if path.suffix not in (".patch", ".diff") or not is_regular_file(path):
+            raise BuildError("patch lookup", [f"{ref!r} is not a .patch or .diff file"],
+                             "name a patch file inside the lab's patch directories")
+        return _read_patch(path)
+    check_name(ref, "patches")
+    for d in patches_dirs:
+        names = [*sorted(p.name for p in d.glob(f"{ref}-*.patch")), f"{ref}.patch"]
+        for name in names:
+            if (d / name).is_symlink() or (d / name).exists():
+                path = within(d, name, what="patches")  # a symlink out of the dir: refused
+                if is_regular_file(path):
+                    return _read_patch(path)
     known = sorted({p.name.split("-")[0].removesuffix(".patch")
                     for d in patches_dirs for p in d.glob("*.patch")})
     raise BuildError("patch lookup", [f"unknown patch {ref!r}"],
-                     f"use a patch id ({', '.join(known) or 'none stored'}) or the path of a "
-                     ".patch file")
+                     f"use a patch id ({', '.join(known) or 'none stored'}) or the absolute path "
+                     "of a .patch file in the lab's patch directories")
 
 
-def build_key(base: str, patch_files: list[Path], recipe: BuildRecipe) -> str:
+def _read_patch(path: Path) -> Patch:
+    size = path.stat().st_size
+    if size > MAX_PATCH_BYTES:
+        raise BuildError("patch lookup", [f"{path.name} is {size} bytes"],
+                         f"patches are at most {MAX_PATCH_BYTES >> 20} MiB")
+    return Patch(name=path.name, path=path, data=path.read_bytes())
+
+
+def build_key(base: str, patches: list[Patch], recipe: BuildRecipe) -> str:
     h = hashlib.sha256(base.encode())
     h.update(repr((recipe.command, sorted(recipe.artifacts.items()), recipe.rootfs)).encode())
-    for p in patch_files:
-        h.update(b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    for p in patches:
+        h.update(b"\0" + hashlib.sha256(p.data).digest())
     return h.hexdigest()[:16]
 
 
@@ -160,10 +185,12 @@ def build(recipe: BuildRecipe, patches: list[str] | None = None, ref: str = "HEA
         git(recipe.repo, "worktree", "add", "-q", "--detach", str(tree), base)
         for pf in patch_files:
             progress(f"applying {pf.name}")
-            res = subprocess.run(["git", "-C", str(tree), "apply", "--index", str(pf)],
-                                 capture_output=True, text=True)
+            # the bytes that were hashed are the bytes applied (no second read of the file)
+            res = subprocess.run(["git", "-C", str(tree), "apply", "--index", "-"],
+                                 input=pf.data, capture_output=True)
             if res.returncode != 0:
-                raise BuildError(f"patch {pf.name}", res.stderr.strip().splitlines()[-20:],
+                raise BuildError(f"patch {pf.name}",
+                                 res.stderr.decode(errors="replace").strip().splitlines()[-20:],
                                  f"rebase {pf.name} on {base[:12]} (it does not apply)")
         if patch_files:
             git(tree, "commit", "-q", "-m", "apply " + " ".join(p.name for p in patch_files))
@@ -189,7 +216,7 @@ def build(recipe: BuildRecipe, patches: list[str] | None = None, ref: str = "HEA
 
 
 def _package(recipe: BuildRecipe, out: Path, key: str, base: str, git_hash: str,
-             patch_files: list[Path]) -> BuildManifest:
+             patch_files: list[Patch]) -> BuildManifest:
     """Strip deploy files into the image; keep debug info in a perf-ready symfs."""
     stage = out / "stage" / "rootfs"
     symfs = out / "symfs"

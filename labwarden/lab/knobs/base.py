@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.devtext import DeviceText
+from labwarden.core.devtext import DeviceText, quote
 from labwarden.core.events import RefusalCode
 from labwarden.core.spec import Requirement
 from labwarden.lab.config import LabProfile
@@ -63,7 +63,8 @@ class Knob(ABC):
         return await self.read()
 
     def refusal_reason(self, state: KnobState) -> str:
-        return f"{self.name} is {state.value}: {state.advice}"
+        """Why the guard refuses: the value read from the DUT is device text (quoted)."""
+        return f"{self.name} is {quote(state.value)}: {state.advice}"
 
     async def missing(self, path: str, what: str) -> str | None:
         """None when `path` exists on the DUT, else "no WHAT (PATH)": an available() answer."""
@@ -74,7 +75,7 @@ async def write_value(dev: Device, path: str, value: str) -> None:
     """Write one sysfs/proc file in place (no temp file + rename there); value and path are argv."""
     res = await dev.run(["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "lw-write", value, path], timeout=10)
     if res.exit_status != 0:
-        raise DeviceError(f"cannot write {path}: {res.stderr.strip()[:200]}", "root on the DUT?")
+        raise DeviceError(f"cannot write {path}: {quote(res.stderr)}", "root on the DUT?")
 
 
 async def run_reload(dev: Device, argv: list[str], section: str) -> None:
@@ -82,5 +83,5 @@ async def run_reload(dev: Device, argv: list[str], section: str) -> None:
     if argv:
         res = await dev.run(argv, timeout=60)
         if res.exit_status != 0:
-            raise DeviceError(f"{' '.join(argv)} failed: {res.stderr.strip()[:200]}",
+            raise DeviceError(f"{' '.join(argv)} failed: {quote(res.stderr)}",
                               f"check {section} in the lab profile")

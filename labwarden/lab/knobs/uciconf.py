@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from labwarden.core.devtext import DeviceText
+from labwarden.core.devtext import DeviceText, quote
 from labwarden.lab import uci
 from labwarden.lab.config import LabProfile
 from labwarden.lab.dut.device import Device
@@ -80,7 +80,7 @@ class RadioTopology(Knob):
         return self.judge(await self.topology())
 
     def refusal_reason(self, state: KnobState) -> str:
-        return state.value
+        return f"topology: {quote(state.value)}"  # VAP and channel names read from the DUT
 
     async def pin(self) -> list[str]:
         want = self.profile.topology
