@@ -5,6 +5,7 @@ what was expected and an example, so a typo never silently changes what gets mea
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -75,6 +76,17 @@ class DutSection(_Strict):
     ssh: SshSection | None = None
     labgrid: LabgridSection | None = None
     paths: DutPaths = Field(default_factory=DutPaths)
+    env: dict[str, str] = Field(
+        default_factory=dict, examples=[{"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}],
+        description="environment of every DUT command (channel and exec). Commands never run in "
+        "a login shell, so /etc/profile does not set PATH: name here what the DUT needs")
+
+    @model_validator(mode="after")
+    def _env_names(self) -> DutSection:
+        bad = [k for k in self.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+        if bad:
+            raise ValueError(f"env: {bad[0]!r} is not a shell variable name (e.g. PATH)")
+        return self
 
     @model_validator(mode="after")
     def _backend_present(self) -> DutSection:

@@ -49,7 +49,7 @@ async def open_lab(profile: LabProfile, progress: ProgressFn = no_progress,
             target = lease.target()
         else:
             target = profile.ssh_endpoint()
-        device = Device(target)
+        device = Device(target, env=profile.dut.env)
         if connect:
             await stack.enter_async_context(device)
         else:

@@ -30,6 +30,8 @@ data_dir = {_q(str(layout.data_dir))}
 
 [dut]
 backend = "ssh"
+# every DUT command gets this environment (no login shell runs, so nothing else sets PATH)
+env = {{ {", ".join(f"{k} = {_q(v)}" for k, v in layout.dut_env().items() if k != "HOME")} }}
 
 [dut.ssh]
 host = "127.0.0.1"
