@@ -124,3 +124,127 @@ async def test_a_failed_check_revokes_verified(server: stockssh.StockSsh, vlab: 
         shutil.rmtree(builds / fake, ignore_errors=True)
     # leave the vlab verified for the next test
     assert (await call(vlab, "fingerprint_verify", {"build_id": good}, profile=prof)).ok
+
+
+_DUT_PROCS = r"""
+for d in /proc/[0-9]*; do
+  read -r st < "$d/stat" 2>/dev/null || continue
+  r="${st##*)}"; set -- $r
+  c=$(tr '\0\n' '  ' < "$d/cmdline" 2>/dev/null) || continue
+  echo "${d#/proc/} $2 $c"
+done
+exit 0
+"""
+"""Every process on the DUT: pid, ppid, command line."""
+
+
+async def _leftovers(dev: Device, vlab: VlabLayout) -> tuple[list[str], list[str]]:
+    """The measurement's processes on the DUT (perf, the sampler, and their children: anything
+    naming the target's pid) and the vlab's uprobes, as the DUT lists them."""
+    target = (vlab.run_dir / "stad.pid").read_text().split()[0]
+    rows = [ln.split(" ", 2) for ln in
+            (await dev.run(["sh", "-c", _DUT_PROCS])).stdout.splitlines() if ln.count(" ") >= 2]
+    ours = {pid for pid, _pp, cmd in rows
+            if f" {target} " in f" {cmd} " and ("perf" in cmd or "lw-sampler" in cmd)}
+    grown = True
+    while grown:
+        more = {pid for pid, pp, _c in rows if pp in ours} - ours
+        grown, ours = bool(more), ours | more
+    running = [f"{pid} {cmd}" for pid, _pp, cmd in rows if pid in ours]
+    events = (await dev.run(["cat", "/sys/kernel/tracing/uprobe_events"])).stdout
+    return running, [ln for ln in events.splitlines() if str(vlab.root) in ln]
+
+
+async def test_cancel_mid_window_stops_everything_within_2s(server: stockssh.StockSsh,
+                                                            vlab: VlabLayout) -> None:
+    """A profile cancelled mid-window leaves no perf record, perf stat, sampler or uprobe on the
+    DUT within 2 s -- over a server that sends no SIGHUP when the sessions close."""
+    from labwarden.runtime.runner import call_tool
+    from labwarden.runtime.session import open_lab
+    from tests.conftest import needs_uprobes
+
+    needs_uprobes()
+    prof = stockdut.behind(vlab, server)
+    assert (await call(vlab, "fingerprint_verify", {"build_id": baseline(vlab)}, profile=prof)).ok
+    async with Device(server.endpoint(), env=prof.dut.env) as dev:
+
+        async def measuring() -> object:
+            async with open_lab(prof) as ctx:
+                return await call_tool(ctx, "profile", {"stations": 6, "window_s": 20, "reps": 1,
+                                                        "settle_s": 0})
+
+        task = asyncio.create_task(measuring())
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:  # until perf record, perf stat, the sampler and the probes all run
+            running, events = await _leftovers(dev, vlab)
+            if len([r for r in running if " record " in r or " stat " in r]) >= 2 and events \
+                    and any("lw-sampler" in r for r in running):
+                break
+            assert not task.done(), (task.result(), running, events)
+            assert asyncio.get_running_loop().time() < deadline, (running, events)
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # mid-window
+        t0 = asyncio.get_running_loop().time()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        while True:
+            running, events = await _leftovers(dev, vlab)
+            elapsed = asyncio.get_running_loop().time() - t0
+            if not running and not events:
+                break
+            assert elapsed < 2.0, f"still on the DUT {elapsed:.2f} s after the cancel: " \
+                                  f"{running} {events}"
+            await asyncio.sleep(0.05)
+        assert elapsed < 2.0
+        # and the DUT is usable at once: no leftover in tmp either
+        left = (await dev.run(["sh", "-c", f"ls {vlab.tmp_dir} | grep lw- ; exit 0"])).stdout
+        assert left == "", left
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+async def test_cancelled_attribution_resumes_and_leaves_no_helper(server: stockssh.StockSsh,
+                                                                  vlab: VlabLayout) -> None:
+    """lw-pause and the sampler are jobs too: a cancelled attribute resumes the suspect and
+    leaves neither behind, over a server that sends no SIGHUP."""
+    from labwarden.runtime.runner import call_tool
+    from labwarden.runtime.session import open_lab
+
+    prof = stockdut.behind(vlab, server)
+    assert (await call(vlab, "fingerprint_verify", {"build_id": baseline(vlab)}, profile=prof)).ok
+    stamon = int((vlab.run_dir / "stamon.pid").read_text().split()[0])
+
+    async def attributing() -> object:
+        async with open_lab(prof) as ctx:
+            return await call_tool(ctx, "attribute", {"suspect": "stamon", "window_s": 30,
+                                                      "baseline_s": 1})
+
+    task = asyncio.create_task(attributing())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while _state(stamon) not in "tT":
+        assert not task.done(), task.result()
+        assert loop.time() < deadline
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    t0 = loop.time()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with Device(server.endpoint(), env=prof.dut.env) as dev:
+        while True:
+            rows = (await dev.run(["sh", "-c", _DUT_PROCS])).stdout
+            helpers = [ln for ln in rows.splitlines()
+                       if "lw-pause" in ln or ("lw-sampler" in ln and _mentions_target(ln, vlab))]
+            if _state(stamon) not in "tT" and not helpers:
+                break
+            assert loop.time() - t0 < 2.0, (helpers, _state(stamon))
+            await asyncio.sleep(0.05)
+
+
+def _mentions_target(line: str, vlab: VlabLayout) -> bool:
+    target = (vlab.run_dir / "stad.pid").read_text().split()[0]
+    return f" {target} " in f" {line} "

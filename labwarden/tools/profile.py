@@ -25,6 +25,7 @@ from labwarden.lab import perfcount
 from labwarden.lab.conditions import snapshot
 from labwarden.lab.dut import datamodel, procs, sampler, uprobes
 from labwarden.lab.dut.commands import RunResult
+from labwarden.lab.dut.jobs import DutJobs
 from labwarden.tools import associate
 from labwarden.tools.context import LabContext
 
@@ -109,7 +110,11 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
     windows: list[Window] = []
     counting: list[asyncio.Task[RunResult] | None] = []  # each window's perf stat, in order
     try:
-        async with _maybe_probes(ctx, probes) as events:
+        # the jobs block ends first: on a failure or cancel every perf, perf stat and sampler of
+        # this measurement is stopped on the DUT (no SIGHUP is relied on) before the probes
+        # they hold are removed -- tracefs refuses to remove an event that is still open
+        async with _maybe_probes(ctx, probes) as events, \
+                DutJobs(dev, prof.dut.paths.tmp, shield=ctx.shielded) as jobs:
             try:
                 await asyncio.sleep(max(0.0, settled_at - time.monotonic()))
                 for rep in range(inp.reps):
@@ -117,13 +122,12 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
                     await ctx.report(rep, inp.reps, f"{inp.stations} clients: window {rep + 1}/"
                                      f"{inp.reps} ({inp.window_s:g} s)")
                     windows.append(await _window(ctx, inp, proc.pid, rep, events, counting,
-                                                 perf=inp.perf and rep < perf_reps, art=art))
+                                                 perf=inp.perf and rep < perf_reps, art=art,
+                                                 jobs=jobs))
                 for window, stat in zip(windows, counting, strict=True):
                     if stat is not None:
                         window.counters = _counters(await stat, inp.window_s)
             finally:
-                # every perf stat has ended before the probes are removed: tracefs refuses to
-                # remove an event that is still open
                 await _reap(counting)
     except BaseException:
         shutil.rmtree(art, ignore_errors=True)  # no record, so no orphan artifacts either
@@ -170,7 +174,8 @@ def _raise_failed_count(counting: list[asyncio.Task[RunResult] | None], window_s
 
 async def _reap(counting: list[asyncio.Task[RunResult] | None]) -> None:
     """Cancel the perf stats still running (a failed or cancelled measurement), and wait for all
-    of them (a cancelled exec closes its session, and the DUT's sshd hangs perf up)."""
+    of them (a cancelled exec only closes its session: the perf stat itself is stopped on the
+    DUT by the measurement's DutJobs)."""
     running = [t for t in counting if t is not None]
     for stat in running:
         stat.cancel()  # no-op for those already done
@@ -178,7 +183,8 @@ async def _reap(counting: list[asyncio.Task[RunResult] | None]) -> None:
 
 
 async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events: list[str],
-                  counting: list[asyncio.Task[RunResult] | None], perf: bool, art: Path) -> Window:
+                  counting: list[asyncio.Task[RunResult] | None], perf: bool, art: Path,
+                  jobs: DutJobs) -> Window:
     """One window: the sampler and perf record are awaited; the uprobe counters' perf stat is
     started with them and appended to `counting`, for measure() to collect. Opening and closing
     a uprobe perf event costs ~0.1 s of kernel waits each, so waiting for it here would add
@@ -191,17 +197,18 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
     secs = f"{inp.window_s:g}"
     remote = f"{prof.dut.paths.tmp.rstrip('/')}/lw-{art.name}-rep{rep}.perf.data"
     timeout = inp.window_s + 60
-    jobs = [dev.exec(sampler.argv(pid, int(inp.window_s) + 1), timeout=timeout)]
+    running = [jobs.exec(f"sampler{rep}", sampler.argv(pid, int(inp.window_s) + 1), timeout=timeout)]
     if perf:
-        jobs.append(dev.exec([prof.target.perf, *PERF_RECORD, "-p", str(pid), "-o", remote, "--",
-                              "sleep", secs], timeout=timeout))
+        running.append(jobs.exec(f"record{rep}", [prof.target.perf, *PERF_RECORD, "-p", str(pid),
+                                                  "-o", remote, "--", "sleep", secs],
+                                 timeout=timeout))
     started = datetime.now(UTC)
     t0 = time.monotonic()
-    counting.append(asyncio.ensure_future(dev.exec(
-        [prof.target.perf, *perfcount.perf_stat_argv(events, pid, inp.window_s)[1:]],
+    counting.append(asyncio.ensure_future(jobs.exec(
+        f"stat{rep}", [prof.target.perf, *perfcount.perf_stat_argv(events, pid, inp.window_s)[1:]],
         timeout=timeout)) if events else None)
     try:
-        results = await asyncio.gather(*jobs)
+        results = await asyncio.gather(*running)
     except BaseException:
         if perf:  # cancelled or failed mid-window: leave no perf.data behind on the DUT
             await ctx.shielded(dev.run(["rm", "-f", remote]))
