@@ -68,9 +68,13 @@ async def snapshot(dev: Device, profile: LabProfile, state: BoardState, stations
                          knobs.Governor(dev, profile))
     topo = await radio.topology() if await radio.available() is None else None
     boost_state = await boost.state()
-    governors = await gov.governors() if await gov.available() is None else []
+    gov_missing = await gov.available()
+    governors = await gov.governors() if gov_missing is None else []
+    na = {k.name: why for k, why in ((gov, gov_missing),
+                                     (boost, None if boost_state.applicable else
+                                      boost_state.value.removeprefix("n/a: "))) if why}
     host = (await dev.run(["uname", "-n"])).stdout.strip() or platform.node()
-    return Conditions(
+    return Conditions(not_applicable=na,
         build_id=state.verified_build if state.fingerprint_ok() else None,
         fingerprint_verified=state.fingerprint_ok(), governors=governors,
         boost=boost_state.value, clk_tck=await clk_tck(dev),

@@ -191,9 +191,10 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
     ~0.2 s to every window; instead it closes while the next window runs (its counts cover its
     own window_s, started with this window: bench/loop_overhead.py)."""
     prof, dev = ctx.profile, ctx.device
-    start_count = (await datamodel.count(dev, prof)).get("total", -1)
+    start_count = await datamodel.total(dev, prof)
     perf_opts = " ".join(PERF_RECORD) if perf else None
-    cond = await snapshot(dev, prof, ctx.state, start_count, perf=perf_opts)
+    cond = await snapshot(dev, prof, ctx.state, inp.stations if start_count is None else start_count,
+                          perf=perf_opts)
     secs = f"{inp.window_s:g}"
     remote = f"{prof.dut.paths.tmp.rstrip('/')}/lw-{art.name}-rep{rep}.perf.data"
     timeout = inp.window_s + 60
@@ -231,7 +232,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
             perf_path, perf_bytes = str(local), local.stat().st_size
         finally:  # shielded, as above: also when cancelled during the download
             await ctx.shielded(dev.run(["rm", "-f", remote]))
-    end_count = (await datamodel.count(dev, prof)).get("total", -1)
+    end_count = await datamodel.total(dev, prof)
     clk = cond.clk_tck or 100
     return Window(rep=rep, started_at=started, duration_s=round(duration, 3),
                   cpu_pct=round(sampled.cpu_mean(clk), 3) if not sampled.restarted() else 0.0,
@@ -249,7 +250,7 @@ def summarize(record: ProfileRecord) -> ProfileOutput:
     warnings = list(record.notes)
     if any(w.restarted for w in record.windows):
         warnings.append("the target restarted during a window: its CPU is not comparable")
-    if any(w.datamodel_end != record.stations for w in record.windows):
+    if any(w.datamodel_end not in (None, record.stations) for w in record.windows):
         warnings.append("clients were lost during a window (datamodel count changed)")
     names = sorted({k for w in record.windows for k in w.counters})
     perf_sizes = [w.perf_bytes / w.duration_s for w in record.windows if w.perf_bytes]
