@@ -9,6 +9,7 @@ in artifacts; the result is a summary with the profile id for `symbolize`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import statistics
 import time
@@ -27,6 +28,7 @@ from labwarden.lab.dut import datamodel, procs, sampler, uprobes
 from labwarden.lab.dut.commands import RunResult
 from labwarden.lab.dut.jobs import DutJobs
 from labwarden.tools import associate
+from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
 
 PERF_RECORD = ["record", "-N", "-z", "--buildid-mmap", "--no-bpf-event", "-e", "cpu-clock",
@@ -98,7 +100,7 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
             raise ToolError("device", f"cannot read /proc/kallsyms: {res.stderr.strip()[:200]}",
                             "symbolize needs kernel symbols: run as root on the DUT")
         Path(kallsyms).write_text(res.stdout)
-    probes = prof.target.uprobes if inp.uprobes else {}
+    probes = await _probe_targets(ctx, prof.target.uprobes, proc.pid) if inp.uprobes else {}
     notes: list[str] = []
     if probes:
         if "uprobes" not in ctx.facts:  # asked once a session: a wedged tracefs costs a timeout
@@ -134,7 +136,8 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
         raise
     record = ProfileRecord(id=pid, stations=inp.stations, window_s=inp.window_s, kind=kind,
                            build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
-                           target_pid=proc.pid, windows=windows, kallsyms=kallsyms, uprobes=probes,
+                           target_pid=proc.pid, windows=windows, kallsyms=kallsyms,
+                           uprobes={c: f"{b}:{f}" for c, (b, f) in probes.items()},
                            notes=notes)
     store.save("prof", pid, record)
     await ctx.report(inp.reps, inp.reps, f"profile {pid} stored")
@@ -149,12 +152,38 @@ class _NoProbes:
         return None
 
 
-def _maybe_probes(ctx: LabContext, probes: dict[str, str]):  # type: ignore[no-untyped-def]
+def _maybe_probes(ctx: LabContext, probes: dict[str, tuple[str, str]]):  # type: ignore[no-untyped-def]
     if not probes:
         return _NoProbes()
     prof = ctx.profile
-    return uprobes.registered(ctx.device, prof.dut.paths.tracefs, prof.target.library, probes,
-                              ctx.data_dir / "symcache", shield=ctx.shielded)
+    roots = []
+    state = ctx.peek_state()
+    if state.fingerprint_ok() and state.verified_build:  # the running build's symbols
+        with contextlib.suppress(ToolError):
+            roots.append(Path(load_manifest(ctx, state.verified_build).symfs))
+    return uprobes.registered(ctx.device, prof.dut.paths.tracefs, probes,
+                              ctx.data_dir / "symcache", roots, shield=ctx.shielded)
+
+
+async def _probe_targets(ctx: LabContext, probes: dict[str, str], pid: int) -> dict[str, tuple[str, str]]:
+    """counter -> (DUT binary, function): `/path:function` names its binary; a bare function is
+    in [target] library, or else in the target's own executable."""
+    out: dict[str, tuple[str, str]] = {}
+    exe: str | None = None
+    for counter, spec in probes.items():
+        if spec.startswith("/") and ":" in spec:
+            binary, func = spec.rsplit(":", 1)
+        else:
+            binary, func = ctx.profile.target.library or "", spec
+            if not binary:
+                if exe is None:
+                    exe = (await ctx.device.run(["readlink", f"/proc/{pid}/exe"])).stdout.strip()
+                binary = exe
+        if not binary or not func:
+            raise ToolError("invalid_input", f"uprobe {counter} = {spec!r}: no binary or function",
+                            "name `function` or `/dut/path/of/binary:function` in [target] uprobes")
+        out[counter] = (binary, func)
+    return out
 
 
 def _counters(stat: RunResult, window_s: float) -> dict[str, float]:

@@ -145,10 +145,10 @@ class Commands:
             if proc is not None:
                 proc.close()
             raise
-        if proc.exit_status is not None:
-            status = proc.exit_status
-        elif proc.exit_signal is not None:
+        if proc.exit_signal is not None:  # asyncssh then reports exit_status -1
             status = 128 + getattr(_signal, f"SIG{proc.exit_signal[0]}", 0)
+        elif proc.exit_status is not None:
+            status = proc.exit_status
         else:
             raise self._lost(argv, ChannelBroken("the session closed without an exit status"))
         return _result(argv, status, out, err, t0)
