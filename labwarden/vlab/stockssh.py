@@ -95,6 +95,9 @@ class StockSsh:
     client_key: Path
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     binds: list[tuple[str, str]] = field(default_factory=list)
+    init: str | None = None
+    """A DUT init script run as `sh INIT ROOT SERVER_ARGV...` instead of the server itself: it
+    starts the server and the DUT's services (and may reboot them all)."""
 
     @property
     def boot_id_file(self) -> Path:
@@ -239,20 +242,23 @@ def _namespace_script(s: StockSsh) -> str:
     lines = ["set -e", "mkdir -p /run/sshd"]  # sshd's privilege separation dir (empty)
     lines += [f"mount --bind {q(src)} {q(dst)}" for src, dst in binds]
     if s.kind == "openssh":
-        lines.append(f"exec {SSHD} -D -e -f {q(str(_sshd_config(s)))}")
+        server = f"{SSHD} -D -e -f {q(str(_sshd_config(s)))}"
     else:
         # /usr/lib/sftp-server: overlay the host's /usr/lib with a dir holding only that link
         lines.append(f"mount -t overlay overlay -o lowerdir={q(str(r / 'usr-lib'))}:/usr/lib /usr/lib")
-        lines.append(f"exec {DROPBEAR} -F -E -s -p 127.0.0.1:{s.port} -r "
-                     f"{q(str(_dropbear_key(s.root)))} -P {q(str(r / 'dropbear.pid'))}")
+        server = (f"{DROPBEAR} -F -E -s -p 127.0.0.1:{s.port} -r "
+                  f"{q(str(_dropbear_key(s.root)))} -P {q(str(r / 'dropbear.pid'))}")
+    lines.append(f"exec /bin/sh {q(s.init)} {q(str(r))} {server}" if s.init else f"exec {server}")
     return "\n".join(lines)
 
 
 def start(kind: ServerKind, root: Path, *, profile: str = OPENWRT_PROFILE,
-          binds: list[tuple[str, str]] | None = None, port: int | None = None) -> StockSsh:
+          binds: list[tuple[str, str]] | None = None, port: int | None = None,
+          init: str | None = None) -> StockSsh:
     """Set up `root` (keys, DUT /etc files) and start `kind` on 127.0.0.1 as a DUT would run it:
     root's login shell busybox ash, /etc/profile printing a banner and resetting PATH. `binds`:
-    more (source, target) bind mounts inside the namespace."""
+    more (source, target) bind mounts inside the namespace; `init`: a DUT init script that
+    starts the server (see StockSsh.init)."""
     why = unavailable(kind)
     if why:
         raise RuntimeError(why)
@@ -265,7 +271,7 @@ def start(kind: ServerKind, root: Path, *, profile: str = OPENWRT_PROFILE,
     if not ash.is_symlink():
         ash.symlink_to(BUSYBOX)  # busybox runs the applet named by argv[0] ("-ash" at login)
     server = StockSsh(kind=kind, root=root, port=port or free_port(), host_key=host_key,
-                      client_key=client, binds=list(binds or []))
+                      client_key=client, binds=list(binds or []), init=init)
     _userland(server, profile, str(ash))
     server.start()
     return server
