@@ -225,7 +225,9 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
     cond = await snapshot(dev, prof, ctx.state, inp.stations if start_count is None else start_count,
                           perf=perf_opts)
     secs = f"{inp.window_s:g}"
-    remote = f"{prof.dut.paths.tmp.rstrip('/')}/lw-{art.name}-rep{rep}.perf.data"
+    # in the jobs' dir: a failed or cancelled window's perf.data goes with it, after its perf
+    # was stopped (removing it earlier races a perf that is still starting and creates it)
+    remote = f"{jobs.dir}/lw-{art.name}-rep{rep}.perf.data"
     timeout = inp.window_s + 60
     running = [jobs.exec(f"sampler{rep}", sampler.argv(pid, int(inp.window_s) + 1), timeout=timeout)]
     if perf:
@@ -237,12 +239,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
     counting.append(asyncio.ensure_future(jobs.exec(
         f"stat{rep}", [prof.target.perf, *perfcount.perf_stat_argv(events, pid, inp.window_s)[1:]],
         timeout=timeout)) if events else None)
-    try:
-        results = await asyncio.gather(*running)
-    except BaseException:
-        if perf:  # cancelled or failed mid-window: leave no perf.data behind on the DUT
-            await ctx.shielded(dev.run(["rm", "-f", remote]))
-        raise
+    results = await asyncio.gather(*running)
     duration = time.monotonic() - t0
     sampled = sampler.parse(results[0].stdout)
     if len(sampled.samples) < 2:
