@@ -45,6 +45,7 @@ async def open_device(profile: LabProfile, user: str | None = None, *,
     """The DUT the profile names (its labgrid place acquired first, if any); `connect=False`
     connects only when something first asks the DUT."""
     async with contextlib.AsyncExitStack() as stack:
+        place = None
         if profile.dut.backend == "labgrid":
             # imported here: labgrid's client pulls in gRPC, which the ssh backend never needs
             from labwarden.lab.labgrid import LabgridConfig, PlaceLease
@@ -53,9 +54,10 @@ async def open_device(profile: LabProfile, user: str | None = None, *,
             lease = PlaceLease(LabgridConfig(**profile.dut.labgrid.model_dump()), user=user)
             await stack.enter_async_context(lease)  # acquired for the session, released after
             target = lease.target()
+            place = lease
         else:
             target = profile.ssh_endpoint()
-        device = Device(target)
+        device = Device(target, env=profile.dut.env)
         if connect:
             await stack.enter_async_context(device)
         else:
@@ -73,7 +75,8 @@ async def open_session(profile: LabProfile, device: Device, progress: ProgressFn
     async with contextlib.AsyncExitStack() as stack:
         data_dir = profile.data_dir()
         data_dir.mkdir(parents=True, exist_ok=True)
-        ctx = LabSession(profile=profile, device=device, data_dir=data_dir, progress=progress)
+        ctx = LabSession(profile=profile, device=device, data_dir=data_dir, progress=progress,
+                         place=place)
         if guarded:
             ctx.transcript = TranscriptStore(transcript or default_transcript(profile))
             stack.callback(ctx.transcript.close)

@@ -49,6 +49,9 @@ class LabContext:
     """Who the session acts for (transcripts/access.py: which sessions it may read)."""
     facts: dict[str, Any] = field(default_factory=dict)
     """What the session learnt once about the DUT (e.g. whether it takes uprobes)."""
+    place: Any = None
+    """The session's labgrid PlaceLease (labgrid backend): drivers that act through the place
+    (a labgrid flash) use it; None otherwise."""
     board: BoardStateFile = field(init=False, repr=False)
     _cleanups: set[asyncio.Future[Any]] = field(default_factory=set, init=False, repr=False)
 
