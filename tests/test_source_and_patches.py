@@ -6,7 +6,6 @@ submitted id, the patches resource, and the vlab's firmware history. Nothing is 
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import shutil
@@ -23,23 +22,10 @@ from labwarden.server.app import build_server
 from labwarden.vlab import firmware
 from labwarden.vlab.layout import VlabLayout
 
+from .patching import BROKEN, BULK, SLOW_MONITOR, change
 from .tooling import call, ok
 
 pytestmark = pytest.mark.anyio
-
-
-BULK = ("int hal_has_bulk_capability(int vap)\n{\n\t(void)vap;\n\treturn 0;",
-        "int hal_has_bulk_capability(int vap)\n{\n\t(void)vap;\n\treturn 1;")
-"""hal.c: report the bulk capability, so the station pull takes hal_get_all_stations_bulk."""
-
-
-def change(path: str, old: str, new: str) -> str:
-    """A unified diff (a/ b/ names) of one replacement in a packaged firmware file."""
-    text = (firmware.firmware_package_dir() / path).read_text()
-    assert old in text, f"{path} no longer holds {old!r}"
-    after = text.replace(old, new, 1)
-    return "".join(difflib.unified_diff(text.splitlines(True), after.splitlines(True),
-                                        f"a/{path}", f"b/{path}"))
 
 
 # -- no lab: the repo, the tree, the diff --------------------------------------------------
@@ -155,12 +141,12 @@ async def test_source_search_and_read_through_the_door(vlab: VlabLayout) -> None
 
 
 async def test_patch_submit_refuses_protected_paths_and_returns_compiler_lines(vlab: VlabLayout) -> None:
-    slower_monitor = change("stamon.c", "interval_ms = atol(iv);", "interval_ms = 2 * atol(iv);")
+    slower_monitor = change("stamon.c", *SLOW_MONITOR)
     out = await call(vlab, "patch_submit", {"name": "slow-monitor", "diff": slower_monitor})
     assert out.error and out.error.kind == "refused" and out.error.code == "protected_path"
     assert "stamon.c" in out.error.message and out.error.lines == ["stamon.c"]
 
-    broken = change("wld.c", "wld_ad_syncStats(ad);", "wld_ad_syncStats(ad) /* missing ; */")
+    broken = change("wld.c", *BROKEN)
     out = await call(vlab, "patch_submit", {"name": "broken", "diff": broken})
     assert out.error and out.error.kind == "build" and out.error.message == "compile failed"
     assert any("wld.c" in ln and "error" in ln for ln in out.error.lines), out.error.lines

@@ -71,3 +71,5 @@ class SweepRecord(BaseModel):
     points: list[SweepPoint]
     cleanup_count: int = Field(description="datamodel count after disassociating everyone")
     idle_note: str | None = None
+    parity: str | None = Field(None, description="output of the profile's parity check at the "
+                               "densest point (None: none declared)")

@@ -173,6 +173,10 @@ class DecisionSection(DecisionRule):
     gates (offered load, functional output)."""
 
     window_s: float = Field(4.0, ge=2, le=300, examples=[4.0], description="seconds per window")
+    settle_s: float = Field(3.0, ge=0, le=60, examples=[3.0], description="seconds from "
+                            "associating to the first window of an A/B segment or sweep point: a "
+                            "few monitor cycles, so every client's first sync (a full write-back "
+                            "even where a patch gates it) is behind the window")
     densities: list[int] = Field(default_factory=lambda: [18, 60, 114], min_length=1,
                                  max_length=12, examples=[[18, 60, 114]], description="the full "
                                  "sweep of a candidate that survives screening; screening runs at "
