@@ -49,7 +49,8 @@ class Guard:
                         paths.contained(item, roots)
                     except paths.PathRefused as exc:
                         raise refuse(spec.name, "unsafe_path", str(exc),
-                                     "use a patch id from the lab's patch directories") from None
+                                     "use a patch id from the lab's patch directories, or submit "
+                                     "the diff with `patch_submit`") from None
         name = args.get(spec.suspect_arg) if spec.suspect_arg else None
         if isinstance(name, str) and (why := suspects.problem(prof.target, name)) is not None:
             raise refuse(spec.name, "suspect_not_allowed", why, suspects.REMEDY)
