@@ -242,6 +242,14 @@ class LabProfile(_Strict):
 
     source: str | None = Field(None, exclude=True, description="file it was read from")
 
+    @model_validator(mode="after")
+    def _vlab_flashes(self) -> LabProfile:
+        # a vlab flash restarts two processes and wears nothing: unless the profile sets one, a
+        # vlab has no flash budget (an experiment alternates A and B)
+        if self.lab.kind == "vlab" and "flashes_per_hour" not in self.policy.budgets.model_fields_set:
+            self.policy.budgets.flashes_per_hour = None
+        return self
+
     @classmethod
     def from_file(cls, path: str | Path) -> LabProfile:
         path = Path(path)

@@ -128,9 +128,11 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
                 continue
             r = c.result
             if c.tool == "sweep":
-                rec = records.load("swp", r["sweep_id"], SweepRecord)
-                profs = [records.load("prof", p.profile_id, ProfileRecord) for p in rec.points]
-                stages.append(Stage(label=rec.label or rec.id, sweep=rec, profiles=profs))
+                rec = _load(records, "swp", r["sweep_id"], SweepRecord)
+                if rec is not None:  # a sweep whose record is gone has no curve to draw
+                    profs = [_load(records, "prof", p.profile_id, ProfileRecord) for p in rec.points]
+                    stages.append(Stage(label=rec.label or rec.id, sweep=rec,
+                                        profiles=[p for p in profs if p is not None]))
             elif c.tool == "compare":
                 compares.append(r)
             elif c.tool == "gate_check":

@@ -151,9 +151,5 @@ parity_check = {json.dumps(["sh", "-c", PARITY_CHECK, "lw-parity", str(layout.so
 
 [policy]
 heal = ["governor", "boost", "topology", "procmgr"]
-
-[policy.budgets]
-# a vlab flash wears nothing: experiments alternate A and B
-flashes_per_hour = 600
 """
     layout.lab_toml.write_text(text)
