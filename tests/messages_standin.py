@@ -44,7 +44,9 @@ class Turn:
     stop_reason: str | None = None
     """Default: tool_use when tools are given, else end_turn."""
     drop: Literal["before", "midstream"] | None = None
-    """Drop the connection once (before any byte, or after message_start); the retry gets the turn."""
+    """Drop the connection (before any byte, or after message_start); the retry gets the turn."""
+    drops: int = 1
+    """How many requests in a row `drop` drops before the turn is served (an outage)."""
     hold: bool = False
     """Stream message_start, then wait until the stand-in is closed (a call that never ends)."""
 
@@ -83,7 +85,7 @@ class MessagesStandIn:
         self.requests: list[Body] = []
         self.served = 0
         self.dropped = 0
-        self._dropped_turns: set[int] = set()
+        self._dropped_turns: dict[int, int] = {}
         self._lock = threading.Lock()
         self._release = threading.Event()
         self.request_seen = threading.Condition()
@@ -123,9 +125,9 @@ class MessagesStandIn:
             if self.served >= len(self.turns):
                 raise AssertionError(f"script exhausted after {self.served} turns")
             i, turn = self.served, self.turns[self.served]
-            drop = turn.drop is not None and i not in self._dropped_turns
+            drop = turn.drop is not None and self._dropped_turns.get(i, 0) < turn.drops
             if drop:
-                self._dropped_turns.add(i)
+                self._dropped_turns[i] = self._dropped_turns.get(i, 0) + 1
                 self.dropped += 1
             if not drop:
                 self.served += 1

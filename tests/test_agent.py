@@ -7,6 +7,7 @@ answers with scripted tool_use turns. Tools, guard, transcript, the lab and the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -20,8 +21,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from labwarden.agent import summary
-from labwarden.agent.loop import RESUMED, STATE
+from labwarden.agent import overnight, summary
+from labwarden.agent.loop import RESUMED, STATE, Limits
+from labwarden.agent.model import Model, ModelOptions
 from labwarden.agent.overnight import parse_until
 from labwarden.cli.app import app
 from labwarden.core.call import ToolCallRecord
@@ -342,3 +344,82 @@ def test_until_is_local_time_today_or_tomorrow() -> None:
     assert parse_until("06:30", now) == (now + timedelta(days=1)).replace(hour=6, minute=30)
     with pytest.raises(ValueError):
         parse_until("soon", now)
+
+
+def _library_loop(lab: Path, api: MessagesStandIn, goal: str, out: Path, *,
+                  until: datetime | None = None) -> overnight.LoopResult:
+    """The loop's library door with fast backoff (the CLI's is 1 s doubling to 60 s)."""
+    model = Model(ModelOptions(base_url=api.url, api_key="sk-standin", backoff_s=0.02,
+                               max_backoff_s=0.1))
+    limits = Limits(budget_usd=1.0, until=until, max_turns=10)
+    return asyncio.run(overnight.run_loop(LabProfile.from_file(lab), model, goal=goal, limits=limits,
+                                          out_dir=out, resume=None))
+
+
+def test_the_loop_retries_the_api_until_its_deadline_not_a_fixed_count(lab: Path, tmp_path: Path) -> None:
+    """An outage of 12 lost connections in a row (more than the 4 retries a chat gets) is waited
+    out; one that outlasts the deadline ends the run as api_unavailable, at the deadline."""
+    turns = [Turn(tools=[ToolUse("lab_status")], drop="before", drops=12),
+             Turn(text="DONE: survived the outage")]
+    with MessagesStandIn(turns) as api:
+        res = _library_loop(lab, api, "outlast an outage", tmp_path / "a",
+                            until=datetime.now().astimezone() + timedelta(minutes=5))
+    assert res.outcome.stop == "done" and api.dropped == 12 and len(api.requests) == 14
+    turns = [Turn(tools=[ToolUse("lab_status")], drop="before", drops=10_000)]
+    with MessagesStandIn(turns) as api:
+        deadline = datetime.now().astimezone() + timedelta(seconds=2)
+        res = _library_loop(lab, api, "an outage longer than the night", tmp_path / "b", until=deadline)
+        ended = datetime.now().astimezone()
+    assert res.outcome.stop == "api_unavailable" and api.dropped > 12
+    assert ended >= deadline - timedelta(seconds=0.2) and ended < deadline + timedelta(seconds=3)
+    assert "**Stopped:** api_unavailable" in (tmp_path / "b" / "summary.md").read_text()
+
+
+def test_the_same_command_line_resumes_a_crashed_loop_by_itself(lab: Path, tmp_path: Path) -> None:
+    """No session id to copy: restarting `labwarden loop` with the same goal and lab finds the
+    unfinished run and continues it; while that run's process lives it refuses to start a second
+    one; once the run is done, the same command starts afresh."""
+    goal = "resume by itself"
+    args = ["loop", "--lab", str(lab), "--goal", goal, "--budget-usd", "1"]
+    turns = [Turn(tools=[ToolUse("lab_status")]), Turn(hold=True),
+             Turn(text="DONE: resumed without being told which session."),
+             Turn(text="DONE: a fresh run.")]
+    with MessagesStandIn(turns) as api:
+        proc = subprocess.Popen([LABWARDEN, *args, "--base-url", api.url],
+                                env={**os.environ, "ANTHROPIC_API_KEY": "sk-standin"},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            api.wait_requests(2, timeout=60)
+            with _store(lab) as store:
+                killed = _newest(store, "loop")
+            alive = runner.invoke(app, [*args, "--base-url", api.url, "--out", str(tmp_path / "x")])
+            assert alive.exit_code == 1 and "a loop with this goal is running" in alive.output
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+        resumed = runner.invoke(app, [*args, "--base-url", api.url, "--out", str(tmp_path / "r")])
+        assert resumed.exit_code == 0, resumed.output
+        with _store(lab) as store:
+            sid = _newest(store, "loop")
+            notes = [n.text for n in _events(store, sid, Note) if n.author == "labwarden"]
+        assert any(f"found unfinished run {killed}" in n for n in notes)
+        assert any(f"resumes session {killed}" in n for n in notes)
+        assert _strip_cache(api.requests[2]["messages"][-1]["content"][-1]) == {"type": "text",
+                                                                                "text": RESUMED}
+        again = runner.invoke(app, [*args, "--base-url", api.url, "--out", str(tmp_path / "n")])
+        assert again.exit_code == 0, again.output
+        with _store(lab) as store:
+            fresh = _newest(store, "loop")
+            assert not [n for n in _events(store, fresh, Note)
+                        if n.author == "labwarden" and "resum" in n.text]
+    assert len(api.requests) == 4
+    assert "resumed after an interruption" in (tmp_path / "r" / "summary.md").read_text()
+
+
+def test_max_turns_is_sized_from_the_budget() -> None:
+    # the cheapest call at claude-sonnet-4-6's prices: 1,500 in, 300 out, 20,000 cache read
+    floor = (1500 * 3 + 300 * 15 + 20_000 * 0.30) / 1e6
+    assert overnight.turns_for(5.0, "claude-sonnet-4-6") == int(5.0 / floor)
+    assert overnight.turns_for(0.01, "claude-sonnet-4-6") == 20  # never below the floor
+    assert overnight.turns_for(1e6, "claude-sonnet-4-6") == 5000
+    assert overnight.turns_for(None, "claude-sonnet-4-6") == overnight.TURNS_WITHOUT_BUDGET

@@ -13,6 +13,7 @@ import asyncio
 import copy
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import anthropic
@@ -47,9 +48,14 @@ class ModelOptions:
     """None: ANTHROPIC_API_KEY."""
     max_tokens: int = 8192
     retries: int = 4
-    """Extra attempts after a lost connection, a 5xx or a 529 (overloaded)."""
+    """Extra attempts after a lost connection, a 5xx or a 529 (overloaded), when no
+    `retry_until` is set (chat: a person is waiting)."""
     backoff_s: float = 1.0
-    """First wait between attempts; doubles each time."""
+    """First wait between attempts; doubles each time, up to `max_backoff_s`."""
+    max_backoff_s: float = 60.0
+    retry_until: datetime | None = None
+    """Keep retrying (with backoff) until this time instead of `retries` times: the unattended
+    loop sets its deadline, so an API outage of an hour costs an hour, not the night."""
     timeout_s: float = 600.0
 
 
@@ -161,7 +167,8 @@ class Model:
                                   "system": system_param(system), "tools": tool_params(),
                                   "messages": with_cache_mark(messages)}
         delay = self.options.backoff_s
-        for attempt in range(self.options.retries + 1):
+        attempt = 0
+        while True:
             try:
                 async with self.client.messages.stream(**params) as stream:
                     async for event in stream:
@@ -177,19 +184,27 @@ class Model:
                                     "without message_stop")
                 break
             except (StreamCut, anthropic.APIError, httpx2.TransportError) as exc:
-                if not _retryable(exc) or attempt == self.options.retries:
-                    if _retryable(exc):
-                        raise ModelUnavailable(
-                            f"the model API failed {attempt + 1} time(s): {type(exc).__name__}: {exc}",
-                            "check the network and ANTHROPIC_BASE_URL; `labwarden loop --resume` "
-                            "continues from the transcript") from exc
+                if not _retryable(exc):
                     raise
+                if self._give_up(attempt, delay):
+                    raise ModelUnavailable(
+                        f"the model API failed {attempt + 1} time(s): {type(exc).__name__}: {exc}",
+                        "check the network and ANTHROPIC_BASE_URL; run the same `labwarden loop` "
+                        "command again: it resumes from the transcript") from exc
                 if on_retry is not None:
                     await _maybe_await(on_retry(attempt + 1, delay, f"{type(exc).__name__}: {exc}"))
                 await asyncio.sleep(delay)
-                delay *= 2
+                delay = min(delay * 2, self.options.max_backoff_s)
+                attempt += 1
         self._record(ctx, message, request_id)
         return message
+
+    def _give_up(self, attempt: int, delay: float) -> bool:
+        """Out of attempts (no deadline) or out of time (the next try would start after it)."""
+        until = self.options.retry_until
+        if until is None:
+            return attempt >= self.options.retries
+        return datetime.now(until.tzinfo).timestamp() + delay >= until.timestamp()
 
     def _record(self, ctx: LabSession, message: Any, request_id: str | None,
                 stop_reason: str | None = None) -> None:

@@ -1,12 +1,19 @@
 """The unattended patch-measure loop (the library half of `labwarden loop`): the model works
 through the lab's tools until it declares `DONE:`, or the budget, the deadline or the turn cap
-stops it; then OUT/summary.md and OUT/report.html are written. `resume=SESSION` continues an
-interrupted run from its transcript in a new session. What it shows while it works is up to
-the caller's hooks (the CLI door prints them: labwarden/cli/agent.py).
+stops it; then OUT/summary.md and OUT/report.html (the full report: curves, flame graphs, the
+experiment ledger) are written. The model API is retried with backoff until the deadline.
+
+A crashed run resumes by itself: the same command line (same goal, same lab profile) finds the
+newest loop session of that goal; if it never wrote its stop note and its process is gone, the
+run continues it from its transcript in a new session (`resume=SESSION` names one explicitly).
+What it shows while it works is up to the caller's hooks (labwarden/cli/agent.py prints them).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,6 +22,7 @@ from pathlib import Path
 from labwarden.agent import summary
 from labwarden.agent.loop import (
     CONFIG,
+    STATE,
     STOP,
     Agent,
     Hooks,
@@ -27,11 +35,22 @@ from labwarden.agent.loop import (
 )
 from labwarden.agent.model import Model
 from labwarden.core.events import Note
+from labwarden.core.usage import Usage
 from labwarden.lab.config import LabProfile
 from labwarden.prompts import load, prompt_dir
 from labwarden.runtime.session import open_lab
 from labwarden.tools.context import ProgressFn
+from labwarden.transcripts import pricing
 from labwarden.transcripts.store import TranscriptError, TranscriptStore
+
+PATIENCE = timedelta(minutes=30)
+"""How long the model API is retried without a deadline (with one, until the deadline)."""
+MIN_TURN = Usage(input_tokens=1500, output_tokens=300, cache_read_input_tokens=20_000)
+"""The cheapest model call a loop makes (a tool result in, a tool call out, the cached system
+prompt, tools and history re-read): what sizes --max-turns from the budget."""
+TURNS_WITHOUT_BUDGET = 60
+RESUMABLE = frozenset({"api_unavailable"})
+"""Stops that did not finish the work: the same command line continues such a run too."""
 
 StartFn = Callable[[str, list[str]], None]
 """Told the new session's id and the sessions it resumes (oldest first), once the run starts."""
@@ -52,6 +71,55 @@ def system_prompt(goal: str) -> str:
 def default_goal() -> str:
     """The overnight-loop prompt's default goal (used when neither a goal nor a resume is given)."""
     return str(load(prompt_dir() / "overnight-loop.md").arguments[0]["default"])
+
+
+def turns_for(budget_usd: float | None, model: str) -> int:
+    """--max-turns when none is given: as many of the cheapest calls as the budget pays for
+    (a safety cap that the dollar budget, not a constant, sizes), within [20, 5000]."""
+    if budget_usd is None:
+        return TURNS_WITHOUT_BUDGET
+    floor = pricing.cost(model, MIN_TURN).total_usd
+    return max(20, min(5000, int(budget_usd / floor))) if floor > 0 else 5000
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def unfinished(store: TranscriptStore, goal: str, lab: str | None, *, skip: str) -> str | None:
+    """The session to resume for this goal and lab: the newest loop session that recorded this
+    goal and lab, if it never wrote its stop note (or stopped because the API stayed away) and
+    its process (on this host) is gone.
+    Raises TranscriptError when that run is still alive. `skip`: the session just started."""
+    for info in store.sessions():
+        if info.client != "loop" or info.id == skip:
+            continue
+        config, stopped, started = None, False, False
+        for stored in store.events(info.id):
+            ev = stored.event
+            if isinstance(ev, Note) and ev.author == CONFIG:
+                config = json.loads(ev.text)
+            elif isinstance(ev, Note) and ev.author == STOP:
+                stopped = json.loads(ev.text).get("stop") not in RESUMABLE
+            elif isinstance(ev, Note) and ev.author == STATE:
+                started = True
+        if config is None or config.get("goal") != goal or config.get("lab") != lab:
+            continue
+        if stopped or not started:
+            return None  # the newest run of this goal finished (or never began): start afresh
+        pid, host = config.get("pid"), config.get("host")
+        if host == socket.gethostname() and isinstance(pid, int) and pid != os.getpid() and _alive(pid):
+            raise TranscriptError(f"a loop with this goal is running: session {info.id}, pid {pid}",
+                                  "wait for it, or stop it first (a second one would fight it "
+                                  "for the DUT)")
+        return info.id
+    return None
 
 
 def kickoff(goal: str, limits: Limits) -> str:
@@ -76,15 +144,25 @@ class LoopResult:
 
 async def run_loop(profile: LabProfile, model: Model, *, goal: str | None, limits: Limits,
                    out_dir: Path | None, resume: str | None, hooks: Hooks | None = None,
-                   progress: ProgressFn | None = None, on_start: StartFn | None = None) -> LoopResult:
+                   progress: ProgressFn | None = None, on_start: StartFn | None = None,
+                   auto_resume: bool = True) -> LoopResult:
     """Run the loop to its stop and write its summary and report. The run owns `model` (made by
-    the caller, so a missing API key fails before the lab is opened) and closes it."""
+    the caller, so a missing API key fails before the lab is opened) and closes it. Without
+    `resume`, an unfinished run of the same goal and lab is resumed (unless `auto_resume` is
+    off)."""
     try:
         async with open_lab(profile, progress=progress or _quiet, client="loop") as ctx:
             assert ctx.transcript is not None and ctx.session_id is not None
             store, sid = ctx.transcript, ctx.session_id
             chain: list[str] = []
-            config: dict[str, object] = {"mode": "loop", "model": model.options.model}
+            config: dict[str, object] = {"mode": "loop", "model": model.options.model,
+                                         "lab": profile.source, "pid": os.getpid(),
+                                         "host": socket.gethostname()}
+            if resume is None and auto_resume and goal:
+                resume = unfinished(store, goal, profile.source, skip=sid)
+                if resume is not None:
+                    ctx.log(Note(author="labwarden", text=f"found unfinished run {resume} of this "
+                                 "goal on this lab: resuming it"))
             if resume:
                 saved = saved_state(store, resume)
                 goal = goal or str(saved.config.get("goal") or "")
@@ -108,6 +186,8 @@ async def run_loop(profile: LabProfile, model: Model, *, goal: str | None, limit
                        "until": limits.until.isoformat() if limits.until else None}
             if not resume:
                 messages = [{"role": "user", "content": kickoff(goal, limits)}]
+            if model.options.retry_until is None:
+                model.options.retry_until = limits.until or datetime.now().astimezone() + PATIENCE
             agent = Agent(ctx, model, system_prompt(goal), hooks=hooks, messages=messages)
             agent.note(CONFIG, config)
             agent.note_state()  # the start is resumable too
@@ -122,11 +202,12 @@ async def run_loop(profile: LabProfile, model: Model, *, goal: str | None, limit
         target.mkdir(parents=True, exist_ok=True)
         with TranscriptStore(db) as ended:
             report = target / "report.html"
-            report.write_text(summary.html_report(ended, sid))
+            report.write_text(summary.html_report(ended, [sid, *chain], f"labwarden loop: {goal}",
+                                                  ctx.data_dir))
             md = target / "summary.md"
             md.write_text(summary.markdown(ended, [sid, *chain], goal=goal, stop=outcome.stop,
                                            detail=outcome.detail, final_text=outcome.final_text,
-                                           report=report))
+                                           report=report, data_dir=ctx.data_dir))
         return LoopResult(session_id=sid, outcome=outcome, summary=md, report=report)
     finally:
         await model.close()

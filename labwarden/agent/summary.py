@@ -1,9 +1,9 @@
-"""The morning summary of an unattended run, from the transcript alone.
+"""The morning summary and report of an unattended run, from the transcript and its records.
 
-What was measured, kept and dropped is read from the tool results in the transcript (build,
-sweep, compare, gate_check), never from the model's prose: a candidate is kept when compare says
-"improved" at the densest point and gate_check passed on its sweep. The model's own final words
-are quoted, labelled as such.
+What was tried, kept and dropped is read from the tool results in the transcript -- the
+experiment records (the decision rule's verdict, the gates, the decision and why, the cost),
+submissions that never became candidates, bisections, and hand-run build/sweep/compare/gate_check
+chains -- never from the model's prose. The model's own final words are quoted, labelled as such.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from labwarden.core.events import ToolCalled
+from labwarden.core.experiments import Experiment
+from labwarden.report import data as report_data
+from labwarden.report import render as report_render
 from labwarden.transcripts import timeline
 from labwarden.transcripts.pricing import KINDS
 from labwarden.transcripts.store import TranscriptStore
@@ -97,14 +100,29 @@ def findings(store: TranscriptStore, sessions: list[str]) -> Findings:
     return f
 
 
+def _experiment_line(x: Experiment) -> str:
+    look = x.screening.looks[-1] if x.screening and x.screening.looks else None
+    base = "+".join(x.base_patches) or x.ref
+    ci = f"[{look.ci_pct[0]:+.1f}, {look.ci_pct[1]:+.1f}]%" if look and look.ci_pct else "n/a"
+    nums = (f"{look.mean_a:.2f} -> {look.mean_b:.2f} at {x.screening.stations} clients "
+            f"({look.delta_pct:+.1f}%, CI {ci}, {look.verdict} after {look.n_a}+{look.n_b} windows)"
+            if look and x.screening else "not measured")
+    return (f"- `{x.patch}` on {base} ({x.id}): {nums} -- {x.reason} (cost ${x.cost.usd:.4f}, "
+            f"{x.cost.tokens:,} tokens, {x.cost.lab_seconds:.0f} s of lab)")
+
+
 def _curve(c: Candidate) -> str:
     return ", ".join(f"{cpu:.2f}%@{n}" for n, cpu in c.cpu) or "-"
 
 
 def markdown(store: TranscriptStore, sessions: list[str], *, goal: str, stop: str, detail: str,
-             final_text: str, report: Path | None = None) -> str:
+             final_text: str, report: Path | None = None, data_dir: Path | None = None) -> str:
     """summary.md: goal, why it stopped, kept / dropped with their numbers, and what it cost."""
     f = findings(store, sessions)
+    ledger = report_data.collect(store, sessions[0], data_dir or _data_dir(store), "summary",
+                                 earlier=list(reversed(sessions[1:])))
+    by = {d: [x for x in ledger.experiments if x.decision == d]
+          for d in ("kept", "dropped", "refuted", "failed")}
     tls = [timeline.of_session(store, sid) for sid in reversed(sessions)]
     tokens = {k: sum(t.totals.tokens[k] for t in tls) for k in KINDS}
     usd = sum(t.totals.cost_usd for t in tls)
@@ -122,12 +140,32 @@ def markdown(store: TranscriptStore, sessions: list[str], *, goal: str, stop: st
         lines.append(f"- **Transcript anchor** of {sid}: {anchor_line(store, sid)}")
     kept = [c for c in f.compared if c.kept]
     dropped = [c for c in f.compared if not c.kept]
+    lines.append(f"- **Candidates judged:** {len(ledger.experiments)} ("
+                 + ", ".join(f"{len(v)} {k}" for k, v in by.items()) + f"), "
+                 f"{len(ledger.rejected)} rejected at submission")
     lines += ["", "## Kept", ""]
+    lines += [_experiment_line(x) for x in by["kept"]]
     lines += [f"- build {c.build_id} (patches {', '.join(c.patches) or 'none'}), sweep {c.sweep_id}: "
-              f"{c.delta}; gates {c.gates}" for c in kept] or ["- nothing"]
+              f"{c.delta}; gates {c.gates}" for c in kept]
+    if not by["kept"] and not kept:
+        lines.append("- nothing")
     lines += ["", "## Dropped", ""]
+    lines += [_experiment_line(x) for x in by["dropped"]]
     lines += [f"- build {c.build_id} (patches {', '.join(c.patches) or 'none'}), sweep {c.sweep_id}: "
-              f"{c.delta or 'no numbers'} -- {c.why()}" for c in dropped] or ["- nothing"]
+              f"{c.delta or 'no numbers'} -- {c.why()}" for c in dropped]
+    if not by["dropped"] and not dropped:
+        lines.append("- nothing")
+    for title, key in (("Refuted (the rule decided: no effect)", "refuted"),
+                       ("Failed (could not be judged)", "failed")):
+        if by[key]:
+            lines += ["", f"## {title}", "", *(_experiment_line(x) for x in by[key])]
+    if ledger.rejected:
+        lines += ["", "## Rejected at submission", ""]
+        lines += [f"- `{r.name}`: {r.code}: {r.reason}"
+                  + (f" -- `{' | '.join(r.lines[:3])}`" if r.lines else "") for r in ledger.rejected]
+    if ledger.bisections:
+        lines += ["", "## Bisections", ""]
+        lines += [f"- {b.good}..{b.bad} ({b.metric}): {b.outcome} -- {b.reason}" for b in ledger.bisections]
     lines += ["", "## Sweeps measured", ""]
     lines += [f"- {c.sweep_id}: build {c.build_id} (patches {', '.join(c.patches) or 'none'}): {_curve(c)}"
               for c in f.sweeps.values()] or ["- none"]
@@ -148,16 +186,16 @@ def anchor_line(store: TranscriptStore, session_id: str) -> str:
     return f"{cp.count} events, head sha256 {cp.head_hash} ({store.anchor_path(session_id)})"
 
 
-def html_report(store: TranscriptStore, session_id: str) -> str:
-    """The HTML report: `labwarden.report.render_report` when that module exists, else the
-    transcript's HTML export of the session."""
-    try:
-        from labwarden import report  # type: ignore[attr-defined]
-    except ImportError:
-        report = None
-    render = getattr(report, "render_report", None)
-    if render is not None:
-        return str(render(store, session_id))
-    from labwarden.transcripts import export
+def _data_dir(store: TranscriptStore) -> Path:
+    """The lab's data dir: the transcript lives in it (runtime.session.default_transcript)."""
+    return Path(store.path).parent
 
-    return export.html(timeline.of_session(store, session_id))
+
+def html_report(store: TranscriptStore, sessions: list[str], title: str,
+                data_dir: Path | None = None) -> str:
+    """The full HTML report of a run (newest session first, then the ones it resumed): curves
+    of every stage and of every kept candidate, before/after/differential flame graphs, the
+    experiment ledger, tokens and cost."""
+    d = report_data.collect(store, sessions[0], data_dir or _data_dir(store), title,
+                            earlier=list(reversed(sessions[1:])))
+    return report_render.render(d)

@@ -174,13 +174,18 @@ def loop(lab: LabOpt = DEFAULT_LAB,
          until: Annotated[str | None, typer.Option(
              help="stop at HH:MM local time (tomorrow if past)")] = None,
          resume: Annotated[str | None, typer.Option(help="continue this loop session from the "
-                                                    "transcript, in a new session")] = None,
+                                                    "transcript, in a new session (without it, an "
+                                                    "unfinished run of the same goal and lab is "
+                                                    "resumed by itself)")] = None,
+         fresh: Annotated[bool, typer.Option("--fresh", help="start a new run even if one of this "
+                                             "goal was interrupted")] = False,
          out_dir: Annotated[Path | None, typer.Option(
              "--out", help="where summary.md and report.html go (default: DATA/loops/SESSION)")] = None,
          model: ModelOpt = DEFAULT_MODEL, base_url: BaseUrlOpt = None,
-         max_turns: MaxTurnsOpt = 60) -> None:
+         max_turns: Annotated[int | None, typer.Option(
+             "--max-turns", help="model calls at most (default: sized from --budget-usd)")] = None) -> None:
     """Run the unattended patch-measure loop to a goal, within a budget and a deadline; writes a
-    morning summary (markdown) and an HTML report; --resume continues an interrupted run."""
+    morning summary (markdown) and the HTML report; the same command after a crash resumes it."""
     try:
         deadline = overnight.parse_until(until) if until else None
     except ValueError:
@@ -193,11 +198,13 @@ def loop(lab: LabOpt = DEFAULT_LAB,
         err.print(f"[dim]labwarden loop: session {sid}" + (f", resuming {chain[0]}" if chain else "")
                   + "[/dim]")
 
-    limits = Limits(budget_usd=budget_usd, until=deadline, max_turns=max_turns)
+    turns = max_turns if max_turns is not None else overnight.turns_for(budget_usd, model)
+    limits = Limits(budget_usd=budget_usd, until=deadline, max_turns=turns)
     try:
         res = asyncio.run(overnight.run_loop(
             profile, client, goal=goal, limits=limits, out_dir=out_dir, resume=resume,
-            hooks=printing_hooks(err, client.totals), progress=progress_printer(err), on_start=started))
+            hooks=printing_hooks(err, client.totals), progress=progress_printer(err), on_start=started,
+            auto_resume=not fresh))
     except LabError as exc:  # the API stayed unreachable, the DUT did not answer, no such session
         fail_on(exc)
     out.print(f"stopped: {res.outcome.stop} -- {res.outcome.detail}\nsession: {res.session_id}\n"

@@ -73,3 +73,5 @@ class SweepRecord(BaseModel):
     cleanup_count: int | None = Field(description="datamodel count after disassociating everyone "
                                       "(None: the DUT has no clients reader)")
     idle_note: str | None = None
+    parity: str | None = Field(None, description="output of the profile's parity check at the "
+                               "densest point (None: none declared)")

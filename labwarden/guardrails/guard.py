@@ -70,7 +70,8 @@ class Guard:
                         paths.contained(item, prof.patch_roots(), what=arg)
                     except paths.PathRefused as exc:
                         raise refuse(spec.name, "unsafe_path", exc.problem,
-                                     "use a patch id from the lab's patch directories") from None
+                                     "use a patch id from the lab's patch directories, or submit "
+                                     "the diff with `patch_submit`") from None
         name = args.get(spec.suspect_arg) if spec.suspect_arg else None
         if isinstance(name, str) and (why := suspects.problem(prof.target, name)) is not None:
             raise refuse(spec.name, "suspect_not_allowed", why, suspects.REMEDY)

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from labwarden.core.decision import DecisionRule
 from labwarden.core.errors import LabError
 from labwarden.lab.dut.endpoint import SshEndpoint
 
@@ -111,6 +112,10 @@ class BuildSection(_Strict):
     patches_dirs: list[str] = Field(default_factory=list, description="where patch ids are found",
                                     examples=[["~/fw-patches"]])
     baseline: str | None = Field(None, description="build id of the known-good image")
+    protected: list[str] = Field(default_factory=list, description="globs of source paths a "
+                                 "submitted patch may not touch: the monitor, the load side, "
+                                 "measurement helpers (a patch must fix the daemon, not change "
+                                 "the workload)", examples=[["stamon.c", "stasim.c", "measure.sh"]])
 
 
 class _FlashBase(_Strict):
@@ -277,6 +282,43 @@ class GatesSection(_Strict):
     rss_per_client_kb_max: float = Field(64.0, gt=0, examples=[64.0])
 
 
+class DecisionSection(DecisionRule):
+    """How an experiment decides, fixed before any data is seen (pre-registered): the rule
+    (alpha, the smallest effect worth keeping, windows), what is measured, and the two parity
+    gates (offered load, functional output)."""
+
+    window_s: float = Field(4.0, ge=2, le=300, examples=[4.0], description="seconds per window")
+    settle_s: float = Field(3.0, ge=0, le=60, examples=[3.0], description="seconds from "
+                            "associating to the first window of an A/B segment or sweep point: a "
+                            "few monitor cycles, so every client's first sync (a full write-back "
+                            "even where a patch gates it) is behind the window")
+    densities: list[int] = Field(default_factory=lambda: [18, 60, 114], min_length=1,
+                                 max_length=12, examples=[[18, 60, 114]], description="the full "
+                                 "sweep of a candidate that survives screening; screening runs at "
+                                 "the last (densest)")
+    sweep_reps: int = Field(3, ge=1, le=10, examples=[3], description="windows per density of "
+                            "the full sweep")
+    interleave: bool = Field(False, examples=[True], description="alternate A and B (a flash per "
+                             "switch) while adding windows: only where a flash is cheap")
+    offered_load_counter: str | None = Field(None, examples=["rpc_calls"], description="the "
+                                             "uprobe counter ([target] uprobes) that measures the "
+                                             "offered load (the monitor's RPC calls/s)")
+    offered_load_tolerance_pct: float = Field(5.0, gt=0, le=100, examples=[5.0],
+                                              description="B's offered load must be within this "
+                                              "of A's (median of per-window rates)")
+    parity_check: list[str] = Field(default_factory=list, examples=[["sh", "-c", "..."]],
+                                    description="argv run on the DUT with the densest clients "
+                                    "held; its output must be equal for A and B (functional "
+                                    "parity). Empty: none declared")
+
+    @model_validator(mode="after")
+    def _ascending(self) -> DecisionSection:
+        if self.densities != sorted(set(self.densities)) or self.densities[0] < 1:
+            raise ValueError("decision.densities must be distinct, >= 1 and ascending, e.g. "
+                             "[18, 60, 114]")
+        return self
+
+
 HealKind = Literal["governor", "boost", "topology", "procmgr", "trace_zones"]
 
 
@@ -311,9 +353,18 @@ class LabProfile(_Strict):
     readers: ReadersSection = Field(default_factory=ReadersSection)
     levers: LeversSection = Field(default_factory=LeversSection)
     gates: GatesSection = Field(default_factory=GatesSection)
+    decision: DecisionSection = Field(default_factory=DecisionSection)
     policy: PolicySection = Field(default_factory=PolicySection)
 
     source: str | None = Field(None, exclude=True, description="file it was read from")
+
+    @model_validator(mode="after")
+    def _vlab_flashes(self) -> LabProfile:
+        # a vlab flash restarts two processes and wears nothing: unless the profile sets one, a
+        # vlab has no flash budget (an experiment alternates A and B)
+        if self.lab.kind == "vlab" and "flashes_per_hour" not in self.policy.budgets.model_fields_set:
+            self.policy.budgets.flashes_per_hour = None
+        return self
 
     @classmethod
     def from_file(cls, path: str | Path) -> LabProfile:

@@ -7,9 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from labwarden.core.experiments import Bisection, Experiment
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.paths import PathRefused, contained
-from labwarden.core.records import RecordStore
+from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.transcripts.store import TranscriptStore
 
 
@@ -32,6 +33,15 @@ class WindowRow(BaseModel):
     host: str
 
 
+class Rejected(BaseModel):
+    """A patch_submit that did not become a candidate (protected path, did not apply or compile)."""
+
+    name: str
+    code: str
+    reason: str
+    lines: list[str]
+
+
 class ReportData(BaseModel):
     title: str
     session_id: str
@@ -52,9 +62,36 @@ class ReportData(BaseModel):
     anchor: str = ""
     """The transcript's head the report rests on: the session's anchor (kept outside the
     database, written when it ended) or, for a session still open, its head right now."""
+    experiments: list[Experiment] = []
+    rejected: list[Rejected] = []
+    bisections: list[Bisection] = []
 
 
-def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str) -> ReportData:
+def _load(records: RecordStore, kind: str, rid: str, cls: type[BaseModel]) -> Any:
+    try:
+        return records.load(kind, rid, cls)
+    except RecordNotFound:  # a record deleted since: the ledger says less, it does not fail
+        return None
+
+
+def _experiment(records: RecordStore, exp: Experiment, stages: list[Stage],
+                syms: list[dict[str, Any]]) -> None:
+    """A kept candidate's curves (A and B) are stages; its flame graphs join the symbolized."""
+    if exp.decision != "kept":
+        return
+    labels = (f"{exp.patch_name or exp.patch} base", exp.patch_name or exp.patch)
+    for sid, label in zip((exp.sweep_a, exp.sweep_b), labels, strict=True):
+        rec = _load(records, "swp", sid, SweepRecord) if sid else None
+        if rec is not None and all(s.sweep.id != rec.id for s in stages):
+            profs = [_load(records, "prof", p.profile_id, ProfileRecord) for p in rec.points]
+            stages.append(Stage(label=rec.label or label, sweep=rec, profiles=[p for p in profs if p]))
+    if exp.flame and exp.flame.get("svg"):
+        syms.append({**exp.flame, "dominant_path": [], "functions": []})
+
+
+def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
+            earlier: list[str] | None = None) -> ReportData:
+    """The report of a session; `earlier`: sessions it resumed (oldest first), read before it."""
     records = RecordStore(data_dir)
     info = store.session(session_id)
     stages: list[Stage] = []
@@ -64,7 +101,11 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str)
     calls = refused = model_calls = 0
     healed: list[str] = []
     result_tokens: dict[str, int] = {}
-    for ev in store.events(session_id):
+    experiments: list[Experiment] = []
+    rejected: list[Rejected] = []
+    bisections: list[Bisection] = []
+    events = [ev for sid in [*(earlier or []), session_id] for ev in store.events(sid)]
+    for ev in events:
         e = ev.event
         if e.kind == "model_call":
             model_calls += 1
@@ -83,13 +124,19 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str)
             calls += 1
             c = e.call
             result_tokens[c.tool] = result_tokens.get(c.tool, 0) + e.result_tokens_est
+            if c.tool == "patch_submit" and not c.ok and c.error is not None:
+                rejected.append(Rejected(name=str(c.args.get("name", "?")),
+                                         code=c.error.code or c.error.kind, reason=c.error.message,
+                                         lines=c.error.lines[:8]))
             if not c.ok or c.result is None:
                 continue
             r = c.result
             if c.tool == "sweep":
-                rec = records.load("swp", r["sweep_id"], SweepRecord)
-                profs = [records.load("prof", p.profile_id, ProfileRecord) for p in rec.points]
-                stages.append(Stage(label=rec.label or rec.id, sweep=rec, profiles=profs))
+                rec = _load(records, "swp", r["sweep_id"], SweepRecord)
+                if rec is not None:  # a sweep whose record is gone has no curve to draw
+                    profs = [_load(records, "prof", p.profile_id, ProfileRecord) for p in rec.points]
+                    stages.append(Stage(label=rec.label or rec.id, sweep=rec,
+                                        profiles=[p for p in profs if p is not None]))
             elif c.tool == "compare":
                 compares.append(r)
             elif c.tool == "gate_check":
@@ -98,6 +145,15 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str)
                 syms.append(_contained_svgs(r, data_dir / "symbolized"))
             elif c.tool == "attribute":
                 attrs.append(r)
+            elif c.tool == "experiment":
+                exp = _load(records, "exp", r["experiment_id"], Experiment)
+                if exp is not None:
+                    experiments.append(exp)
+                    _experiment(records, exp, stages, syms)
+            elif c.tool == "bisect":
+                bis = _load(records, "bis", r["bisect_id"], Bisection)
+                if bis is not None:
+                    bisections.append(bis)
     labels = {s.sweep.id: s.label for s in stages}
     for cmp in compares:
         cmp["baseline_label"] = labels.get(cmp["baseline"], cmp["baseline"])
@@ -115,7 +171,8 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str)
                       compares=compares, gates=gates, symbolized=syms, attributions=attrs,
                       windows=windows, model_calls=model_calls, tokens=tokens, cost_usd=round(cost, 4),
                       tool_calls=calls, refused=refused, healed=healed, result_tokens=result_tokens,
-                      anchor=_anchor(store, session_id))
+                      anchor=_anchor(store, session_id), experiments=experiments,
+                      rejected=rejected, bisections=bisections)
 
 
 def _contained_svgs(result: dict[str, Any], root: Path) -> dict[str, Any]:

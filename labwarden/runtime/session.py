@@ -58,6 +58,7 @@ async def open_device(profile: LabProfile, user: str | None = None, *,
         else:
             target = profile.ssh_endpoint()
         device = Device(target, env=profile.dut.env)
+        device.place = place
         if connect:
             await stack.enter_async_context(device)
         else:
@@ -76,7 +77,7 @@ async def open_session(profile: LabProfile, device: Device, progress: ProgressFn
         data_dir = profile.data_dir()
         data_dir.mkdir(parents=True, exist_ok=True)
         ctx = LabSession(profile=profile, device=device, data_dir=data_dir, progress=progress,
-                         place=place)
+                         place=device.place)
         if guarded:
             ctx.transcript = TranscriptStore(transcript or default_transcript(profile))
             stack.callback(ctx.transcript.close)

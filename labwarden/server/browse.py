@@ -47,6 +47,10 @@ STATIC = [
     *(Resource(uri=f"labwarden://records/{kind}", name=f"{kind}-list", title=f"all {kind}",
                description=f"Ids of every stored {kind[:-1]} record, oldest first.",
                mime_type="application/json") for kind in KINDS),
+    Resource(uri="labwarden://patches/index", name="patches", title="submitted patches",
+             description="Every patch submitted with patch_submit: id, name, files, base, the "
+             "session that wrote it, its build; labwarden://patches/ID adds the diff.",
+             mime_type="application/json"),
 ]
 
 

@@ -16,6 +16,7 @@ from mcp.server.mcpserver.exceptions import ResourceError
 
 from labwarden.core.paths import PathRefused, is_regular_file, within
 from labwarden.core.records import RecordNotFound, RecordStore
+from labwarden.lab.host.patchstore import PatchStore
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import LabSession
 from labwarden.server.browse import FILE_TYPES, KINDS, inside
@@ -106,6 +107,20 @@ def register(server: MCPServer[Any]) -> None:
             raise ResourceError(f"no report {name} in the lab's reports/: write one with the "
                                 "report tool; resources/list lists them")
         return path.read_text(errors="replace")
+
+    @server.resource("labwarden://patches/{pid}", name="patches", mime_type="application/json",
+                     description="Submitted patches (patch_submit): labwarden://patches/index lists "
+                     "them (id, name, files, base, author session, build); labwarden://patches/ID "
+                     "is one, with its diff.")
+    async def patches(pid: str, ctx: Context) -> str:
+        store = PatchStore(_lab(ctx).data_dir / "patches")
+        if pid == "index":
+            return json.dumps([m.model_dump(mode="json") for m in store.all()])
+        meta = store.meta(pid)
+        if meta is None:
+            known = ", ".join(m.id for m in store.all()[-8:]) or "none yet"
+            raise ResourceError(f"no submitted patch {pid!r}; known: {known}")
+        return json.dumps({**meta.model_dump(mode="json"), "diff": store.path(pid).read_text()})
 
     @server.resource("labwarden://transcripts/{session}", name="transcript", mime_type="application/json",
                      description="A transcript session's events (the current one: 'current'); only "

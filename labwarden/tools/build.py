@@ -35,9 +35,17 @@ class BuildOutput(BaseModel):
     log_tail: list[str] = Field(description="last lines of the build log")
 
 
+def recipe(ctx: LabContext) -> builder.BuildRecipe:
+    """The profile's build recipe; submitted patches (the lab's data dir `patches/`, written by
+    patch_submit) are found by id after the profile's own patch directories, so a submitted
+    name can never shadow a shipped patch id."""
+    rec = builder.recipe_of(ctx.profile.build, ctx.profile.dut.paths.rootfs)
+    rec.patches_dirs = ctx.profile.patch_roots()  # the guard's roots, the data dir's last
+    return rec
+
+
 async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:
-    recipe = builder.recipe_of(ctx.profile.build, ctx.profile.dut.paths.rootfs)
-    recipe.patches_dirs = ctx.profile.patch_roots()  # the guard's roots, the data dir's included
+    recipe_ = recipe(ctx)
     loop = asyncio.get_running_loop()
     steps: list[str] = []
 
@@ -45,7 +53,7 @@ async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:
         steps.append(msg)
         asyncio.run_coroutine_threadsafe(ctx.report(len(steps), 5, msg), loop)
 
-    manifest, cached = await asyncio.to_thread(builder.build, recipe, inp.patches, inp.ref,
+    manifest, cached = await asyncio.to_thread(builder.build, recipe_, inp.patches, inp.ref,
                                                progress)
     log = Path(manifest.image).parent / "build.log"
     tail = log.read_text().splitlines()[-5:] if log.exists() else []

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import flash as flash_drivers

@@ -2,7 +2,8 @@
 CPU monotonic over densities; unknown-frame % within budget; associated count equals the
 datamodel count; governor and CLK_TCK verified in every window; RSS bounded (per-client growth
 under the profile's limit); functional parity (clients held through the windows, disassociation
-cleans up).
+cleans up). Given A's sweep too, the two A/B gates: offered-load parity and the profile's declared
+functional parity check.
 
 A gate whose evidence the DUT cannot give (no clients, no clients reader, one density) is
 `not_applicable` with the reason, never passed on made-up data. Reads records (and symbolizes
@@ -20,14 +21,20 @@ from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.dut import datamodel
+from labwarden.tools import parity
 from labwarden.tools.context import LabContext
 
 GateName = Literal["cpu_monotonic", "unknown_frames", "assoc_matches_datamodel",
-                   "conditions_verified", "rss_bounded", "functional_parity"]
+                   "conditions_verified", "rss_bounded", "functional_parity",
+                   "offered_load_parity", "declared_parity"]
 
 
 class GateInput(ToolInput):
     sweep_id: str = Field(examples=["swp-1a2b3c4d5e6f"])
+    baseline_sweep_id: str | None = Field(None, description="A's sweep: adds the two A/B gates -- "
+                                          "offered-load parity (the monitor's RPC calls/s at the "
+                                          "densest point within the profile's tolerance of A's) "
+                                          "and the profile's declared functional parity check")
 
 
 GateStatus = Literal["passed", "failed", "not_applicable"]
@@ -143,6 +150,15 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
         held = f"clients lost at {dropped}; " if dropped else "clients held in every window; "
         gates.append(Gate.judged("functional_parity", not dropped and rec.cleanup_count == 0,
                                  held + f"{rec.cleanup_count} left after disassociation"))
+
+    if inp.baseline_sweep_id is not None:
+        base = store.load("swp", inp.baseline_sweep_id, SweepRecord)
+        counter = ctx.profile.decision.offered_load_counter
+        densest_a = store.load("prof", base.points[-1].profile_id, ProfileRecord)
+        loads = ([parity.window_loads([densest_a], counter), parity.window_loads(profiles[-1:], counter)]
+                 if counter else [[], []])
+        for g in (parity.offered_load(ctx, *loads), parity.functional(base.parity, rec.parity)):
+            gates.append(Gate.judged(g.name, g.passed, g.evidence))  # type: ignore[arg-type]
 
     failed = [g.name for g in gates if g.status == "failed"]
     na = [g.name for g in gates if g.status == "not_applicable"]

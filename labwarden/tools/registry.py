@@ -8,15 +8,20 @@ from labwarden.core.spec import ToolSpec
 from labwarden.tools import (
     associate,
     attribute,
+    bisect,
     build,
     compare,
     env_pin,
+    experiment,
     fingerprint,
     flash,
     gate_check,
     lab_status,
+    patch_submit,
     profile,
     report,
+    source_read,
+    source_search,
     sweep,
     symbolize,
 )
@@ -35,6 +40,11 @@ _SPECS = [
     attribute.SPEC,
     symbolize.SPEC,
     report.SPEC,
+    source_search.SPEC,
+    source_read.SPEC,
+    patch_submit.SPEC,
+    experiment.SPEC,
+    bisect.SPEC,
 ]
 
 TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in _SPECS}

@@ -18,7 +18,7 @@ from labwarden.core.measurements import SweepPoint, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.dut import datamodel
-from labwarden.tools import associate, profile
+from labwarden.tools import associate, parity, profile
 from labwarden.tools.context import LabContext
 
 
@@ -63,11 +63,14 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
     sid = store.new_id("swp")
     points: list[SweepPoint] = []
     started = datetime.now(UTC)
+    check: str | None = None
     try:
         for i, n in enumerate(inp.densities):
             await ctx.report(i, len(inp.densities), f"density {n} ({i + 1}/{len(inp.densities)})")
             assoc = await associate.run(ctx, associate.AssociateInput(stations=n))
             densest = i == len(inp.densities) - 1
+            if densest:  # the declared functional check, with the most clients held
+                check = await parity.check_output(ctx)
             rec = await profile.measure(ctx, profile.ProfileInput(
                 stations=n, window_s=inp.window_s, reps=inp.reps, perf=inp.perf and densest,
                 perf_reps=1, settle_s=inp.settle_s), associate_first=False)
@@ -86,7 +89,7 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
     record = SweepRecord(id=sid, label=inp.label, started_at=started, window_s=inp.window_s, reps=inp.reps,
                          build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
                          points=points, cleanup_count=cleanup,
-                         idle_note=IDLE_NOTE if inp.idle_baseline else None)
+                         idle_note=IDLE_NOTE if inp.idle_baseline else None, parity=check)
     store.save("swp", sid, record)
     await ctx.report(len(inp.densities), len(inp.densities), f"sweep {sid} stored")
     return SweepOutput(sweep_id=sid, label=inp.label, build_id=record.build_id, points=points,

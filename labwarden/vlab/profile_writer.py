@@ -13,6 +13,39 @@ def _q(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
+PROTECTED = ["stamon.c", "stasim.c", "stacli.c", "measure.sh", "costs.h", "work.c", "work.h"]
+"""What a submitted patch may not touch on the vlab: the monitor (the offered load), the load
+side, the RPC client measurements query the datamodel with, the dev-machine measurement script,
+and the calibrated work loop with its costs (the vlab's physics: lowering a cost is not a fix)."""
+
+PARITY_CHECK = r"""S=$1
+first() { printf '%s\n' "$1" | head -n 1; }
+keys() { first "$1" | tr ' ' '\n' | cut -d= -f1 | tr '\n' ' '; }
+full=$(stacli --socket "$S" getStationStats vap0) || { echo "full: ERR"; exit 1; }
+echo "full keys: $(keys "$full")"
+if brief=$(stacli --socket "$S" getStationStatsBrief vap0 2>/dev/null); then
+  echo "brief keys: $(keys "$brief")"
+  same=no i=0
+  while [ "$i" -lt 3 ] && [ "$same" = no ]; do
+    b=$(stacli --socket "$S" getStationStatsBrief vap0) f=$(stacli --socket "$S" getStationStats vap0)
+    same=$(printf '%s\n%s\n' "$(first "$b")" "$(first "$f")" | awk '
+      NR == 1 { for (i = 1; i <= NF; i++) { split($i, kv, "="); want[kv[1]] = kv[2] } }
+      NR == 2 { ok = "yes"; n = 0
+                for (i = 1; i <= NF; i++) { split($i, kv, "=")
+                  if (kv[1] in want) { n++; if (want[kv[1]] != kv[2]) ok = "no" } }
+                print (n > 0 ? ok : "no") }')
+    i=$((i + 1))
+  done
+  echo "brief values equal the full reply's: $same"
+else
+  echo "brief: not served"
+fi"""
+"""The vlab's functional parity check (POSIX sh on the DUT, the socket as $1): the keys of the
+full stats reply, and -- when the image serves getStationStatsBrief -- the brief reply's keys and
+whether its values equal the full reply's (asked up to 3 times: a second boundary between the
+two calls moves the counters). A and B must print the same."""
+
+
 def write(layout: VlabLayout, info_port: int, manifest: firmware.BuildManifest) -> None:
     r = layout.root
     factory = uci.load(tuning.factory_config_dir() / "wireless")
@@ -59,6 +92,7 @@ artifacts = {{ {", ".join(f"{_q(k)} = {_q(v)}" for k, v in firmware.DEPLOY.items
 extra_outputs = {json.dumps(firmware.LOADGEN)}
 patches_dirs = {json.dumps([str(d) for d in firmware.patches_dirs(layout)])}
 baseline = {_q(manifest.build_id)}
+protected = {json.dumps(PROTECTED)}
 
 [flash]
 kind = "vlab"
@@ -100,6 +134,24 @@ monitor_reload = ["service", "stamon", "restart"]
 [gates]
 unknown_frames_pct_max = 1.0
 rss_per_client_kb_max = 64.0
+
+[decision]
+# pre-registered: how an experiment decides (bench/decision.py measures its error rates)
+alpha = 0.02
+min_effect_pct = 5.0
+min_windows = 3
+step_windows = 2
+max_windows = 11
+window_s = 4.0
+# the gated write-back (0901) still rewrites every client once after association: wait it out
+settle_s = 3.0
+densities = [18, 60, 114]
+sweep_reps = 3
+# flashing the vlab restarts two processes: A and B alternate
+interleave = true
+offered_load_counter = "rpc_calls"
+offered_load_tolerance_pct = 5.0
+parity_check = {json.dumps(["sh", "-c", PARITY_CHECK, "lw-parity", str(layout.socket)])}
 
 [policy]
 heal = ["governor", "boost", "topology", "procmgr"]

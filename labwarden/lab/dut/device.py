@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from labwarden.lab.dut import pids
 from labwarden.lab.dut.commands import Commands, RunResult
@@ -35,6 +36,9 @@ class Device:
         self._connection = Connection(target, connect_timeout=connect_timeout, retries=retries)
         self._commands = Commands(self._connection, env)
         self._files = Files(self._connection, self._commands)
+        self.place: Any = None
+        """The labgrid PlaceLease this DUT is reached through (None over plain SSH): flash and
+        power drivers act through it."""
 
     @property
     def target(self) -> SshEndpoint:

@@ -1,0 +1,136 @@
+"""The decision rule of an A/B comparison, Pinpoint-style: three-valued and adaptive.
+
+Pinpoint (catapult's dashboard/pinpoint/models/compare) answers "different", "same" or "unknown"
+for two samples: different when the p-value is below a low threshold, same when it is above a
+high threshold (a real difference of the size worth finding would very likely have shown by
+now), unknown in between -- and on "unknown" it runs more repeats. Ours does the same with a
+confidence interval of the relative change (Welch):
+
+- **different** ("improved" / "regressed"): the interval excludes 0 and is not inside the
+  equivalence band (-min_effect, +min_effect);
+- **same**: the interval lies inside that band -- an effect worth keeping is excluded;
+- **unknown**: neither yet; the caller adds windows (`step_windows` per arm) up to
+  `max_windows`, and an "unknown" at the cap stays unknown (never kept).
+
+The rule looks at the data several times (at `min_windows`, then every `step_windows`), so the
+error budget `alpha` is split over the planned looks (Bonferroni): each look uses alpha / looks.
+A false "improved" then has probability at most alpha / 2 over the whole adaptive comparison
+(bench/decision.py measures it). Parameters are pre-registered in the lab profile's
+`[decision]` section: nobody picks them after seeing the data.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from scipy import stats
+
+Verdict = Literal["improved", "regressed", "same", "unknown"]
+
+
+class DecisionRule(BaseModel):
+    """The pre-registered rule: what an A/B comparison needs before it may say anything."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    alpha: float = Field(0.02, gt=0, lt=0.5, examples=[0.02], description="error budget of a "
+                         "'different' verdict over the whole adaptive comparison (two-sided); "
+                         "split over the planned looks. A false 'improved' is at most alpha/2")
+    min_effect_pct: float = Field(5.0, gt=0, le=100, examples=[5.0], description="the smallest "
+                                  "effect worth keeping, % of A's mean: a change surely smaller "
+                                  "than this is 'same'")
+    min_windows: int = Field(3, ge=2, le=100, examples=[3], description="windows per arm before "
+                             "the first look")
+    step_windows: int = Field(2, ge=1, le=100, examples=[2], description="windows added per arm "
+                              "while the verdict is 'unknown'")
+    max_windows: int = Field(11, ge=2, le=200, examples=[11], description="windows per arm at "
+                             "most: an 'unknown' here stays unknown")
+
+    @model_validator(mode="after")
+    def _schedule(self) -> DecisionRule:
+        if self.max_windows < self.min_windows:
+            raise ValueError(f"max_windows ({self.max_windows}) must be >= min_windows "
+                             f"({self.min_windows})")
+        return self
+
+    def looks(self) -> list[int]:
+        """Windows per arm at each planned look: min, min+step, ... up to max (max included)."""
+        out = list(range(self.min_windows, self.max_windows + 1, self.step_windows))
+        if out[-1] != self.max_windows:
+            out.append(self.max_windows)
+        return out
+
+    def alpha_per_look(self) -> float:
+        return self.alpha / len(self.looks())
+
+
+class Judgement(BaseModel):
+    """One look of the rule at two samples."""
+
+    verdict: Verdict
+    n_a: int
+    n_b: int
+    mean_a: float
+    mean_b: float
+    delta_pct: float = Field(description="(B - A) / A, %")
+    ci_pct: tuple[float, float] | None = Field(description="confidence interval of delta_pct at "
+                                               "1 - alpha_look (Welch)")
+    p_value: float | None = Field(description="Welch's t-test, two-sided")
+    alpha_look: float
+    margin_pct: float = Field(description="the equivalence band: +-margin_pct is 'same'")
+    decided: bool = Field(description="the verdict is final (not unknown), or the cap is reached")
+
+    def describe(self) -> str:
+        ci = f"[{self.ci_pct[0]:+.1f}, {self.ci_pct[1]:+.1f}]%" if self.ci_pct else "n/a"
+        return (f"{self.verdict}: {self.mean_a:.3g} -> {self.mean_b:.3g} ({self.delta_pct:+.1f}%, "
+                f"CI {ci} at {1 - self.alpha_look:.4g}, n={self.n_a}+{self.n_b}, band "
+                f"+-{self.margin_pct:g}%)")
+
+
+def judge(a: list[float], b: list[float], rule: DecisionRule, *, higher_is_worse: bool = True,
+          margin_pct: float | None = None) -> Judgement:
+    """Look once at A's and B's windows. `margin_pct` widens the band of 'same' (bisect uses half
+    the regression it chases); the default is the rule's min_effect_pct. `decided` says whether
+    the caller may stop: a verdict other than unknown, or no planned look left."""
+    alpha = rule.alpha_per_look()
+    margin = max(rule.min_effect_pct, margin_pct or 0.0)
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    scale = abs(ma) if ma else 1.0
+    delta = mb - ma
+    pct = 100.0 * delta / scale
+    p: float | None = None
+    ci: tuple[float, float] | None = None
+    if len(a) > 1 and len(b) > 1:
+        va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+        se = math.sqrt(va + vb)
+        if se == 0:  # identical windows on each side (a counter that does not move)
+            p, half = (0.0 if delta else 1.0), 0.0
+        else:
+            dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+            p = float(2 * stats.t.sf(abs(delta) / se, dof))
+            half = float(stats.t.ppf(1 - alpha / 2, dof)) * se
+        ci = (100.0 * (delta - half) / scale, 100.0 * (delta + half) / scale)
+    verdict: Verdict = "unknown"
+    if ci is not None:
+        if -margin < ci[0] and ci[1] < margin:
+            verdict = "same"
+        elif ci[0] > 0 or ci[1] < 0:
+            worse = (ci[0] > 0) == higher_is_worse
+            verdict = "regressed" if worse else "improved"
+    capped = max(len(a), len(b)) >= rule.max_windows
+    return Judgement(verdict=verdict, n_a=len(a), n_b=len(b), mean_a=round(ma, 4),
+                     mean_b=round(mb, 4), delta_pct=round(pct, 3),
+                     ci_pct=(round(ci[0], 3), round(ci[1], 3)) if ci else None,
+                     p_value=None if p is None else round(p, 6), alpha_look=alpha,
+                     margin_pct=margin, decided=verdict != "unknown" or capped)
+
+
+def next_windows(n: int, rule: DecisionRule) -> int:
+    """Windows per arm at the look after one with `n` per arm (never past the cap)."""
+    for k in rule.looks():
+        if k > n:
+            return k
+    return rule.max_windows

@@ -1,0 +1,124 @@
+"""Experiments and bisections as records (kinds "exp" and "bis" in core/records.py): what was
+tried, on which base, what the decision rule saw at each look, which gates held, what was
+decided and why, and what it cost. The morning report's ledger is a list of these.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from labwarden.core.decision import Judgement
+
+Decision = Literal["kept", "dropped", "refuted", "failed"]
+"""kept: improved at the densest point, every gate passed, offered load unchanged; refuted: the
+rule decided "same" (the patch does not do what it was for -- seed 000's 0905); dropped:
+regressed, undecided at the cap, or a gate failed; failed: it could not be judged (build,
+flash, verification or a measurement failed)."""
+
+
+class Arm(BaseModel):
+    """One side of an A/B at one density: its windows, in the order measured."""
+
+    build_id: str
+    values: list[float] = Field(default_factory=list, description="the metric per window")
+    load: list[float] = Field(default_factory=list, description="offered-load counter per window "
+                              "(calls/s); empty when not measured")
+    profile_ids: list[str] = Field(default_factory=list)
+    window_seconds: float = Field(0.0, description="sum of the windows' durations")
+
+
+class Screening(BaseModel):
+    """The adaptive A/B at the densest point."""
+
+    stations: int
+    window_s: float
+    metric: str = Field(description="'cpu' (target CPU %) or an uprobe counter name")
+    a: Arm
+    b: Arm
+    looks: list[Judgement] = Field(description="the rule at each look, in order")
+    flashes: int = Field(0, description="flashes the interleaving cost")
+    seconds: float = Field(0.0, description="wall time of the screening")
+
+    @property
+    def final(self) -> Judgement:
+        return self.looks[-1]
+
+
+class GateResult(BaseModel):
+    name: str
+    passed: bool
+    evidence: str
+
+
+class DensityDelta(BaseModel):
+    stations: int
+    a_mean: float
+    b_mean: float
+    delta_pct: float
+    p_value: float | None
+
+
+class Cost(BaseModel):
+    model_calls: int = Field(0, description="model calls since the previous experiment of the session")
+    tokens: int = 0
+    usd: float = 0.0
+    lab_seconds: float = Field(0.0, description="wall time of the experiment call")
+    window_seconds: float = Field(0.0, description="of which measurement windows")
+
+
+class Experiment(BaseModel):
+    id: str
+    patch: str = Field(description="the candidate's patch id")
+    patch_name: str | None = None
+    author: str | None = Field(None, description="session that submitted the patch")
+    ref: str
+    base_patches: list[str] = Field(default_factory=list)
+    build_a: str | None = None
+    build_b: str | None = None
+    session_id: str | None = None
+    started_at: datetime
+    ended_at: datetime | None = None
+    parity_a: str | None = Field(None, description="the declared parity check's output on A")
+    parity_b: str | None = None
+    screening: Screening | None = None
+    sweep_a: str | None = None
+    sweep_b: str | None = None
+    deltas: list[DensityDelta] = Field(default_factory=list, description="full sweeps, per density")
+    gates: list[GateResult] = Field(default_factory=list)
+    flame: dict[str, str | float | int | None] | None = Field(
+        None, description="symbolize of B at the densest point against A: svg paths and key")
+    decision: Decision
+    reason: str
+    cost: Cost = Field(default_factory=Cost)
+
+    @property
+    def verdict(self) -> str | None:
+        return self.screening.final.verdict if self.screening and self.screening.looks else None
+
+
+class BisectStep(BaseModel):
+    commit: str
+    subject: str
+    against: str = Field(description="'good' or 'bad': the end it was compared with")
+    judgement: Judgement
+    side: Literal["good", "bad", "unknown"]
+
+
+class Bisection(BaseModel):
+    id: str
+    good: str
+    bad: str
+    metric: str
+    stations: int
+    commits: list[str] = Field(description="good (exclusive) .. bad (inclusive), oldest first")
+    ends: Judgement | None = Field(None, description="bad against good: the regression chased")
+    steps: list[BisectStep] = Field(default_factory=list)
+    first_bad: str | None = None
+    first_bad_subject: str | None = None
+    outcome: Literal["found", "no_regression", "undecided", "failed"]
+    reason: str
+    started_at: datetime
+    seconds: float = 0.0

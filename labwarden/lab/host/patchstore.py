@@ -1,0 +1,160 @@
+"""Submitted patches: unified diffs written by an agent, checked and stored content-addressed.
+
+A diff is data: its file names are parsed here (relative, no '..', not protected by the
+profile) and the diff itself only ever reaches `git apply` in a clean worktree (the builder),
+never a shell. A stored patch is `<data>/patches/<id>.patch` beside `<id>.json` (who submitted
+it, on which base); its id is `<name>-<sha256 prefix>`, so the same diff under the same name is
+the same patch, and `build` finds it by id like a shipped one.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+
+from pydantic import BaseModel, Field
+
+from labwarden.core.errors import LabError
+
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+PATCH_ID = re.compile(r"([a-z0-9][a-z0-9_-]{0,39})-([0-9a-f]{10})")
+MAX_DIFF_BYTES = 200_000
+
+
+class PatchError(LabError):
+    kind = "invalid_input"
+
+
+class ProtectedPath(LabError):
+    """A diff touches a path the lab profile protects."""
+
+    kind = "refused"
+
+    def __init__(self, paths: list[str], globs: list[str]):
+        self.paths = paths
+        super().__init__(
+            f"the patch touches protected path(s): {', '.join(paths)} (the profile's [build] "
+            f"protected = {globs})",
+            "a patch must fix the daemon, not change the monitor, the load side or the "
+            "measurement: leave these files alone", code="protected_path", lines=paths)
+
+
+class PatchMeta(BaseModel):
+    id: str
+    name: str
+    sha256: str
+    files: list[str] = Field(description="paths the diff touches")
+    ref: str = Field(description="the ref it was checked against")
+    base_commit: str
+    base_patches: list[str] = Field(default_factory=list)
+    build_id: str | None = Field(None, description="base + this patch, compiled")
+    author: str | None = Field(None, description="the transcript session that submitted it")
+    summary: str | None = None
+    submitted_at: datetime
+
+
+def _path(raw: str) -> str | None:
+    """The repository path of a diff header's file name (None for /dev/null)."""
+    name = raw.strip().split("\t")[0]
+    if name.startswith('"'):
+        raise PatchError(f"diff: quoted file name {name!r} (unusual characters)",
+                         "use plain file names")
+    if name == "/dev/null":
+        return None
+    if name[:2] in ("a/", "b/"):
+        name = name[2:]
+    pure = PurePosixPath(name)
+    if not name or pure.is_absolute() or ".." in pure.parts or any(ord(c) < 32 for c in name):
+        raise PatchError(f"diff: file name {name!r} is absolute or climbs out with '..'",
+                         "name files relative to the repository root (a/hal.c, b/hal.c)")
+    return pure.as_posix()
+
+
+def diff_paths(diff: str) -> list[str]:
+    """Every path a unified diff touches (old and new names), in order of appearance."""
+    if len(diff.encode()) > MAX_DIFF_BYTES:
+        raise PatchError(f"diff: {len(diff.encode())} bytes (limit {MAX_DIFF_BYTES})",
+                         "submit smaller patches, one change each")
+    out: list[str] = []
+    for line in diff.splitlines():
+        if line.startswith("diff --git "):
+            parts = line[len("diff --git "):].split(" ")
+            names = [_path(p) for p in parts if p[:2] in ("a/", "b/")]
+        elif line.startswith(("--- ", "+++ ")):
+            names = [_path(line[4:])]
+        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
+            names = [_path(line.split(" ", 2)[2])]
+        else:
+            continue
+        for n in names:
+            if n and n not in out:
+                out.append(n)
+    if not out or not re.search(r"^@@ ", diff, re.M):
+        raise PatchError("diff: not a unified diff (no '--- a/FILE', '+++ b/FILE' and '@@' hunk)",
+                         "send the output of `git diff` or `diff -u`, with a/ and b/ prefixes")
+    return out
+
+
+def protected(paths: list[str], globs: list[str]) -> list[str]:
+    """The paths a glob of the profile protects (matched on the path and on the file name)."""
+    return [p for p in paths
+            if any(fnmatch.fnmatch(p, g) or fnmatch.fnmatch(p.rsplit("/", 1)[-1], g) for g in globs)]
+
+
+def normalized(diff: str) -> bytes:
+    return (diff if diff.endswith("\n") else diff + "\n").encode()
+
+
+def patch_id(name: str, diff: str) -> tuple[str, str]:
+    """(id, sha256 of the diff)."""
+    if not NAME.fullmatch(name):
+        raise PatchError(f"name: {name!r} is not a patch name",
+                         "lower-case letters, digits, '-' and '_', at most 40, e.g. bulk-pull")
+    sha = hashlib.sha256(normalized(diff)).hexdigest()
+    return f"{name}-{sha[:10]}", sha
+
+
+class PatchStore:
+    def __init__(self, root: Path):
+        self.root = root
+
+    def path(self, pid: str) -> Path:
+        return self.root / f"{pid}.patch"
+
+    def meta(self, pid: str) -> PatchMeta | None:
+        if not PATCH_ID.fullmatch(pid):
+            return None
+        path = self.root / f"{pid}.json"
+        return PatchMeta.model_validate_json(path.read_text()) if path.is_file() else None
+
+    def pending(self, pid: str, diff: str) -> Path:
+        """Where a diff waits while it is checked: under its final name (builds record patch
+        file names), in a directory no patch id resolves to."""
+        d = self.root / ".pending"
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{pid}.patch"
+        path.write_bytes(normalized(diff))
+        return path
+
+    def store(self, pending: Path, meta: PatchMeta) -> None:
+        """Move a checked diff in place; the meta file is written last (it marks complete)."""
+        pending.replace(self.path(meta.id))
+        tmp = self.root / f".{meta.id}.{os.getpid()}.json"
+        tmp.write_text(meta.model_dump_json(indent=1))
+        tmp.replace(self.root / f"{meta.id}.json")
+
+    def all(self) -> list[PatchMeta]:
+        metas = []
+        for f in sorted(self.root.glob("*.json")) if self.root.is_dir() else []:
+            m = self.meta(f.stem)
+            if m is not None:
+                metas.append(m)
+        return sorted(metas, key=lambda m: m.submitted_at)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

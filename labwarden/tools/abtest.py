@@ -1,0 +1,162 @@
+"""A/B measurement at one density, shared by `experiment` and `bisect` (a helper, not a tool):
+switch the DUT to a build (flash, verify, re-pin what the flash drifted as the policy allows),
+hold the clients, measure windows; and the adaptive loop that adds windows until the decision
+rule decides or reaches its cap.
+
+With `[decision] interleave` (a cheap flash, as on the vlab) the rounds go A B, B A, A B...:
+each round starts on the build the last one ended on, so it costs one flash, and drift over
+time hits both arms alike. Without it, A is measured once (min_windows) and later windows go to
+B only: no flash after the first two.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from labwarden.core.decision import DecisionRule, judge, next_windows
+from labwarden.core.errors import LabError, ToolError
+from labwarden.core.experiments import Arm, Screening
+from labwarden.lab import knobs
+from labwarden.lab.dut import datamodel
+from labwarden.lab.host.stasim import StasimLoad
+from labwarden.tools import associate, fingerprint, flash, parity, profile
+from labwarden.tools.context import LabContext
+
+
+class ParityMismatch(LabError):
+    """A and B printed different things for the declared parity check."""
+
+    kind = "refused"
+
+
+async def repin(ctx: LabContext) -> list[str]:
+    """Re-pin the knobs a flash (a reboot) drifted, as `[policy] heal` allows -- the same knobs and
+    the same pin() the guard heals with; anything else is refused with the knob's remedy."""
+    heal = set(ctx.profile.policy.heal)
+    changes: list[str] = []
+    for knob in knobs.pinned(ctx.device, ctx.profile):
+        state = await knob.state()
+        if state.ok:
+            continue
+        if knob.name not in heal:
+            raise ToolError("refused", f"{knob.name} is {state.value} after the flash and "
+                            "[policy] heal does not allow healing it", knob.remedy)
+        changes += await knob.pin()
+        if not (await knob.state()).ok:
+            raise ToolError("device", f"{knob.name} still not pinned after healing",
+                            "check the paths and [topology] in the lab profile")
+    return changes
+
+
+async def switch_to(ctx: LabContext, build_id: str) -> bool:
+    """Make `build_id` the verified image on the DUT (flash only when it is not); re-pin.
+    Returns whether it flashed."""
+    state = ctx.peek_state()
+    flashed = False
+    if not (state.fingerprint_ok() and state.verified_build == build_id):
+        await flash.run(ctx, flash.FlashInput(build_id=build_id))
+        out = await fingerprint.run(ctx, fingerprint.FingerprintInput(build_id=build_id))
+        if not out.verified:
+            raise ToolError("device", f"build {build_id} did not verify after the flash: "
+                            + "; ".join(f"{m.check} {m.path}" for m in out.mismatches[:3]),
+                            "lab_status; flash a known image and fingerprint_verify it")
+        flashed = True
+    changes = await repin(ctx)
+    if changes:
+        await ctx.report(0, None, "healed after the flash: " + ", ".join(changes))
+    return flashed
+
+
+def metric_values(rec: profile.ProfileRecord, metric: str) -> list[float]:
+    if metric == "cpu":
+        return [w.cpu_pct for w in rec.windows]
+    missing = [w.rep for w in rec.windows if metric not in w.counters]
+    if missing:
+        raise ToolError("device", f"counter {metric} was not measured (uprobes unavailable?)",
+                        "use metric 'cpu', or a DUT with tracefs and uprobes")
+    return [w.counters[metric] for w in rec.windows]
+
+
+class AB:
+    """One adaptive A/B at `stations` clients; `run()` returns its Screening."""
+
+    def __init__(self, ctx: LabContext, a: str, b: str, *, stations: int, rule: DecisionRule,
+                 window_s: float, metric: str = "cpu", higher_is_worse: bool = True,
+                 margin_pct: float | None = None, interleave: bool = True,
+                 with_parity: bool = False) -> None:
+        self.ctx = ctx
+        self.rule = rule
+        self.window_s = window_s
+        self.metric = metric
+        self.higher_is_worse = higher_is_worse
+        self.margin_pct = margin_pct
+        self.interleave = interleave
+        self.with_parity = with_parity
+        self.load_counter = ctx.profile.decision.offered_load_counter
+        self.screening = Screening(stations=stations, window_s=window_s, metric=metric,
+                                   a=Arm(build_id=a), b=Arm(build_id=b), looks=[])
+        self.parity: dict[str, str | None] = {}
+
+    async def _segment(self, name: str, arm: Arm, k: int) -> None:
+        """k more windows of one arm (switching the DUT to it first when needed)."""
+        ctx, n = self.ctx, self.screening.stations
+        if await switch_to(ctx, arm.build_id):
+            self.screening.flashes += 1
+        held = (await datamodel.count(ctx.device, ctx.profile)).get("total") == n \
+            and StasimLoad.of(ctx.profile.load).running()
+        settle = 0.0
+        if not held:
+            await associate.run(ctx, associate.AssociateInput(stations=n))
+            settle = ctx.profile.decision.settle_s
+        if self.with_parity and name not in self.parity:
+            self.parity[name] = await parity.check_output(ctx)
+            other = self.parity.get("b" if name == "a" else "a", "unset")
+            if other != "unset" and other != self.parity[name]:
+                gate = parity.functional(self.parity.get("a"), self.parity.get("b"))
+                raise ParityMismatch(f"functional parity: {gate.evidence}",
+                                     "the patch changes what the daemon answers: keep its output "
+                                     "identical (the profile's parity_check)")
+        await ctx.report(len(arm.values), None, f"{name.upper()} ({arm.build_id}): {k} window(s) "
+                         f"of {self.window_s:g} s at {n} clients")
+        rec = await profile.measure(ctx, profile.ProfileInput(
+            stations=n, window_s=self.window_s, reps=k, perf=False,
+            uprobes=self.load_counter is not None or self.metric != "cpu", settle_s=settle),
+            associate_first=False)
+        bad = [w.rep for w in rec.windows if w.restarted or w.datamodel_end != n]
+        if bad:
+            raise ToolError("device", f"{name.upper()} ({arm.build_id}): the target restarted or "
+                            f"clients were lost in window(s) {bad} (does the build crash?)",
+                            "read the daemon's log on the DUT; such a build cannot be judged")
+        arm.values += metric_values(rec, self.metric)
+        if self.load_counter is not None:
+            arm.load += [w.counters[self.load_counter] for w in rec.windows
+                         if self.load_counter in w.counters]
+        arm.profile_ids.append(rec.id)
+        arm.window_seconds += sum(w.duration_s for w in rec.windows)
+
+    async def run(self, on_look: Callable[[str], Awaitable[None]] | None = None) -> Screening:
+        t0 = time.monotonic()
+        s = self.screening
+        arms = {"a": s.a, "b": s.b}
+        order = ["a", "b"]
+        target = self.rule.min_windows
+        try:
+            while True:
+                for name in order:
+                    arm = arms[name]
+                    want = target if (self.interleave or name == "b" or not arm.values) else len(arm.values)
+                    if want > len(arm.values):
+                        await self._segment(name, arm, want - len(arm.values))
+                look = judge(s.a.values, s.b.values, self.rule, higher_is_worse=self.higher_is_worse,
+                             margin_pct=self.margin_pct)
+                s.looks.append(look)
+                if on_look is not None:
+                    await on_look(look.describe())
+                if look.decided:
+                    return s
+                target = next_windows(target, self.rule)
+                if self.interleave:
+                    order.reverse()  # start where the last round ended: one flash per round
+        finally:
+            s.seconds = round(time.monotonic() - t0, 2)

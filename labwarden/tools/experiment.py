@@ -1,0 +1,252 @@
+"""experiment: judge one candidate patch end to end -- build base (A) and base + patch (B), flash,
+verify, screen A against B at the densest point with the pre-registered decision rule (adding
+windows while it says "unknown"), check functional and offered-load parity, then for a survivor
+the full sweeps, compare and every gate; decide kept / dropped / refuted / failed by a rule in
+code, and store the experiment as a record with its cost.
+
+Destructive: flashes A and B (on a lab whose flash is cheap, alternately). One call per
+candidate, with progress. Kept only when the verdict at the densest point is "improved", every
+gate passes and the offered load is the same; "refuted" when the rule decided "same".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, Field
+
+from labwarden.core.decision import Verdict
+from labwarden.core.errors import LabError
+from labwarden.core.events import ModelCall, ToolCalled
+from labwarden.core.experiments import Cost, Decision, DensityDelta, Experiment, GateResult
+from labwarden.core.measurements import SweepRecord
+from labwarden.core.records import RecordNotFound, RecordStore
+from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab.host import builder
+from labwarden.tools import abtest, compare, gate_check, parity, sweep, symbolize
+from labwarden.tools.build import recipe
+from labwarden.tools.context import LabContext
+from labwarden.tools.patch_submit import store as patch_store
+from labwarden.transcripts import pricing
+
+
+class ExperimentInput(ToolInput):
+    patch: str = Field(description="the candidate: a patch id from patch_submit (or a shipped one)",
+                       examples=["bulk-pull-0123456789"])
+    base_patches: list[str] | None = Field(None, max_length=16, description="A's patches (default: "
+                                           "the base the patch was submitted on)")
+    ref: str | None = Field(None, max_length=100, description="git ref (default: the patch's)")
+
+
+class ExperimentOutput(BaseModel):
+    experiment_id: str
+    patch: str
+    decision: Decision
+    reason: str
+    verdict: Verdict | None = Field(description="the decision rule at the densest point")
+    stations: int | None
+    mean_a: float | None = Field(description="metric of A at the densest point (CPU %)")
+    mean_b: float | None
+    delta_pct: float | None
+    ci_pct: tuple[float, float] | None
+    windows: tuple[int, int] | None = Field(description="windows of A and B the rule needed")
+    offered_load: str | None = Field(description="the offered-load gate's evidence")
+    gates_failed: list[str]
+    build_a: str | None
+    build_b: str | None
+    sweep_a: str | None
+    sweep_b: str | None
+    cost_usd: float
+    lab_seconds: float
+
+
+def _cost(ctx: LabContext, since_tool: str) -> Cost:
+    """Model usage of this session since the previous call of `since_tool` ended (the turns
+    that produced this candidate)."""
+    cost = Cost()
+    if ctx.transcript is None or ctx.session_id is None:
+        return cost
+    for stored in ctx.transcript.events(ctx.session_id):
+        ev = stored.event
+        if isinstance(ev, ToolCalled) and ev.call.tool == since_tool:
+            cost = Cost()
+        elif isinstance(ev, ModelCall):
+            cost.model_calls += 1
+            cost.tokens += sum(pricing.tokens_by_kind(ev.usage).values())
+            cost.usd += ev.cost_usd
+    cost.usd = round(cost.usd, 6)
+    return cost
+
+
+def _build(ctx: LabContext, patches: list[str], ref: str) -> str:
+    manifest, _ = builder.build(recipe(ctx), patches, ref)
+    return manifest.build_id
+
+
+def _label(patches: list[str], ref: str) -> str:
+    text = "+".join(patches) if patches else f"base {ref}"
+    return text[:64]
+
+
+async def _a_sweep(ctx: LabContext, store: RecordStore, build: str, label: str) -> str:
+    """A's full sweep: an earlier one of the same build and settings (a kept candidate's sweep
+    is the next base's), else a new one."""
+    dec = ctx.profile.decision
+    for eid in reversed(store.ids("exp")):
+        exp = store.load("exp", eid, Experiment)
+        for sid, bid in ((exp.sweep_b, exp.build_b), (exp.sweep_a, exp.build_a)):
+            if sid and bid == build:
+                try:
+                    rec = store.load("swp", sid, SweepRecord)
+                except RecordNotFound:
+                    continue
+                if ([p.stations for p in rec.points] == dec.densities and rec.reps == dec.sweep_reps
+                        and rec.window_s == dec.window_s):
+                    return sid
+    return await _sweep(ctx, build, label)
+
+
+async def _sweep(ctx: LabContext, build: str, label: str) -> str:
+    dec = ctx.profile.decision
+    await abtest.switch_to(ctx, build)
+    out = await sweep.run(ctx, sweep.SweepInput(densities=dec.densities, reps=dec.sweep_reps,
+                                                window_s=dec.window_s, perf=True, label=label,
+                                                settle_s=dec.settle_s))
+    return out.sweep_id
+
+
+async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels: tuple[str, str]) -> None:
+    """Full sweeps, compare, gates and the differential flame graph of an improved candidate."""
+    assert exp.build_a and exp.build_b
+    await ctx.report(3, 5, "survivor: full sweeps of A and B")
+    exp.sweep_a = await _a_sweep(ctx, store, exp.build_a, labels[0])
+    exp.sweep_b = await _sweep(ctx, exp.build_b, labels[1])
+    cmp = await compare.run(ctx, compare.CompareInput(baseline=exp.sweep_a, candidate=exp.sweep_b))
+    exp.deltas = [DensityDelta(stations=d.stations, a_mean=d.baseline_mean, b_mean=d.candidate_mean,
+                               delta_pct=d.delta_pct, p_value=d.p_value) for d in cmp.deltas]
+    await ctx.report(4, 5, "gates")
+    gates = await gate_check.run(ctx, gate_check.GateInput(sweep_id=exp.sweep_b,
+                                                           baseline_sweep_id=exp.sweep_a))
+    screened = {x.name for x in exp.gates}  # the parity gates again, now on the full sweeps
+    exp.gates += [GateResult(name=g.name, passed=g.passed,
+                             evidence=("full sweep: " if g.name in screened else "") + g.evidence)
+                  for g in gates.gates]
+    a, b = (store.load("swp", s, SweepRecord) for s in (exp.sweep_a, exp.sweep_b))
+    try:
+        sym = await symbolize.run(ctx, symbolize.SymbolizeInput(
+            profile_id=b.points[-1].profile_id, baseline_profile_id=a.points[-1].profile_id, top=8))
+        exp.flame = {"profile_id": sym.profile_id, "baseline_profile_id": a.points[-1].profile_id,
+                     "key": sym.key, "svg": getattr(sym, "svg", None),
+                     "diff_svg": getattr(sym, "diff_svg", None),
+                     "baseline_svg": getattr(sym, "baseline_svg", None),
+                     "stations": sym.stations, "samples": sym.samples, "unknown_pct": sym.unknown_pct}
+    except LabError as exc:  # a flame graph is evidence, not a gate: say why it is missing
+        exp.flame = {"error": exc.problem}
+
+
+def _decide(exp: Experiment) -> tuple[Decision, str]:
+    """The rule, in code: kept only when the densest point says "improved", the offered load is
+    the same, and every gate passes."""
+    assert exp.screening is not None and exp.screening.looks
+    look = exp.screening.final
+    load = next((g for g in exp.gates if g.name == "offered_load_parity"), None)
+    if look.verdict == "same":
+        return "refuted", (f"no effect: the rule decided 'same' at {exp.screening.stations} clients "
+                           f"-- {look.describe()}")
+    if look.verdict == "regressed":
+        return "dropped", f"regressed at {exp.screening.stations} clients -- {look.describe()}"
+    if look.verdict == "unknown":
+        return "dropped", (f"undecided after {look.n_b} windows (the cap) -- {look.describe()}")
+    if load is not None and not load.passed:
+        return "dropped", f"offered load changed: {load.evidence} -- the drop is less work, not a fix"
+    failed = [g for g in exp.gates if not g.passed]
+    if failed:
+        return "dropped", "gates failed: " + "; ".join(f"{g.name} ({g.evidence})" for g in failed)
+    if exp.sweep_b is None:
+        return "dropped", "no full sweep (internal: a survivor always gets one)"
+    ci = f"[{look.ci_pct[0]:+.1f}, {look.ci_pct[1]:+.1f}]%" if look.ci_pct else "n/a"
+    return "kept", (f"improved at {exp.screening.stations} clients ({look.delta_pct:+.1f}%, CI {ci}), "
+                    "offered load unchanged, every gate passed")
+
+
+async def _screen(ctx: LabContext, exp: Experiment) -> None:
+    """The adaptive A/B at the densest point, with both parity gates; the screening (and the
+    parity outputs) land on `exp` even when it stops early."""
+    assert exp.build_a and exp.build_b
+    dec = ctx.profile.decision
+    ab = abtest.AB(ctx, exp.build_a, exp.build_b, stations=dec.densities[-1], rule=dec,
+                   window_s=dec.window_s, interleave=dec.interleave, with_parity=True)
+
+    async def look(text: str) -> None:
+        await ctx.report(2, 5, "look: " + text)
+
+    try:
+        await ab.run(on_look=look)
+    finally:
+        exp.parity_a, exp.parity_b = ab.parity.get("a"), ab.parity.get("b")
+        exp.screening = ab.screening
+        exp.gates = [parity.offered_load(ctx, ab.screening.a.load, ab.screening.b.load),
+                     parity.functional(exp.parity_a, exp.parity_b)]
+
+
+async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
+    t0 = time.monotonic()
+    store = RecordStore(ctx.data_dir)
+    meta = patch_store(ctx).meta(inp.patch)
+    base = inp.base_patches if inp.base_patches is not None else (meta.base_patches if meta else [])
+    ref = inp.ref or (meta.ref if meta else "HEAD")
+    exp = Experiment(id=store.new_id("exp"), patch=inp.patch, patch_name=meta.name if meta else None,
+                     author=meta.author if meta else None, ref=ref, base_patches=base,
+                     session_id=ctx.session_id, started_at=datetime.now(UTC), decision="failed",
+                     reason="not finished")
+    labels = (_label(base, ref), _label([*base, meta.name if meta else inp.patch], ref))
+    try:
+        await ctx.report(0, 5, f"building A ({labels[0]}) and B ({labels[1]})")
+        exp.build_a = await asyncio.to_thread(_build, ctx, base, ref)
+        exp.build_b = await asyncio.to_thread(_build, ctx, [*base, inp.patch], ref)
+        await ctx.report(1, 5, f"screening at {ctx.profile.decision.densities[-1]} clients "
+                         f"(A {exp.build_a}, B {exp.build_b})")
+        await _screen(ctx, exp)
+        assert exp.screening is not None
+        load_ok = all(g.passed for g in exp.gates if g.name == "offered_load_parity")
+        if exp.screening.final.verdict == "improved" and load_ok:
+            await _survivor(ctx, exp, store, labels)
+        exp.decision, exp.reason = _decide(exp)
+    except abtest.ParityMismatch as exc:  # before B's windows: nothing else to judge
+        exp.gates = [g for g in exp.gates if g.name == "declared_parity"]
+        exp.decision, exp.reason = "dropped", exc.problem
+    except LabError as exc:
+        detail = f" ({'; '.join(exc.lines[:3])})" if exc.lines else ""
+        exp.decision, exp.reason = "failed", f"{exc.kind}: {exc.problem}{detail}"
+    exp.ended_at = datetime.now(UTC)
+    exp.cost = _cost(ctx, "experiment")
+    exp.cost.lab_seconds = round(time.monotonic() - t0, 2)
+    if exp.screening is not None:
+        exp.cost.window_seconds = round(exp.screening.a.window_seconds
+                                        + exp.screening.b.window_seconds, 2)
+    store.save("exp", exp.id, exp)
+    await ctx.report(5, 5, f"{exp.decision}: {exp.reason[:200]}")
+    return summarize(exp)
+
+
+def summarize(exp: Experiment) -> ExperimentOutput:
+    look = exp.screening.final if exp.screening and exp.screening.looks else None
+    load = next((g.evidence for g in exp.gates if g.name == "offered_load_parity"), None)
+    return ExperimentOutput(
+        experiment_id=exp.id, patch=exp.patch, decision=exp.decision, reason=exp.reason,
+        verdict=look.verdict if look else None,
+        stations=exp.screening.stations if exp.screening else None,
+        mean_a=look.mean_a if look else None, mean_b=look.mean_b if look else None,
+        delta_pct=look.delta_pct if look else None, ci_pct=look.ci_pct if look else None,
+        windows=(look.n_a, look.n_b) if look else None, offered_load=load,
+        gates_failed=[g.name for g in exp.gates if not g.passed], build_a=exp.build_a,
+        build_b=exp.build_b, sweep_a=exp.sweep_a, sweep_b=exp.sweep_b, cost_usd=exp.cost.usd,
+        lab_seconds=exp.cost.lab_seconds)
+
+
+SPEC = ToolSpec(name="experiment", description=describe(__doc__), input=ExperimentInput,
+                output=ExperimentOutput, run=run, effect="destructive",
+                requires=frozenset({"lease", "board_healthy", "env_pinned", "topology_asserted"}),
+                budget_class="measure", counts_as_flash=True)

@@ -1,0 +1,85 @@
+"""The two A/B parity gates (a helper of experiment, sweep and gate_check; not a tool):
+
+- offered-load parity: the monitor's RPC calls/s on B within the profile's tolerance of A's --
+  an A/B is valid only with the offered load identical (seed 000: "getStationStats/win ~180 --
+  the drop is the lever, not less work"). Each side's rate is the median of its per-window
+  rates: one window that caught a partial poll burst does not move it;
+- functional parity: the profile's DUT-side check (`[decision] parity_check`), run with the
+  clients held, must print the same on A and B (e.g. the stats replies' keys, and the brief
+  reply's values equal to the full one's).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from labwarden.core.devtext import clean
+from labwarden.core.experiments import GateResult
+from labwarden.core.measurements import ProfileRecord
+from labwarden.tools.context import LabContext
+
+
+async def check_output(ctx: LabContext) -> str | None:
+    """The declared parity check's output (exit status first), or None when none is declared."""
+    argv = ctx.profile.decision.parity_check
+    if not argv:
+        return None
+    res = await ctx.device.exec(argv, timeout=30)
+    return clean(f"exit {res.exit_status}\n{res.stdout}{res.stderr}".rstrip(), 4000)
+
+
+def functional(a: str | None, b: str | None) -> GateResult:
+    if a is None and b is None:
+        return GateResult(name="declared_parity", passed=True,
+                          evidence="no check declared ([decision] parity_check is empty)")
+    if a is None or b is None:
+        return GateResult(name="declared_parity", passed=False,
+                          evidence=f"the check ran on {'B' if a is None else 'A'} only")
+    if a == b:
+        lines = a.splitlines()
+        return GateResult(name="declared_parity", passed=True,
+                          evidence=f"A and B print the same ({len(lines)} lines): "
+                          + " | ".join(ln[:80] for ln in lines[:3]))
+    la, lb = a.splitlines(), b.splitlines()
+    i = next((k for k in range(max(len(la), len(lb)))
+              if (la[k] if k < len(la) else None) != (lb[k] if k < len(lb) else None)), 0)
+    line_a = la[i] if i < len(la) else ""
+    line_b = lb[i] if i < len(lb) else ""
+    words_a, words_b = line_a.split(), line_b.split()
+    only_a = [w for w in words_a if w not in words_b]
+    only_b = [w for w in words_b if w not in words_a]
+    if only_a or only_b:  # name what changed, not two long lines that look alike
+        what = (f"only on A: {' '.join(only_a[:6]) or '-'}; only on B: {' '.join(only_b[:6]) or '-'}")
+    else:
+        what = f"A {line_a[:120]!r}, B {line_b[:120]!r}"
+    label = line_a.split(":", 1)[0][:40] if ":" in line_a else ""
+    return GateResult(name="declared_parity", passed=False,
+                      evidence=f"line {i + 1}{f' ({label})' if label else ''} differs -- {what}")
+
+
+def rate(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def window_loads(profiles: list[ProfileRecord], counter: str) -> list[float]:
+    return [w.counters[counter] for p in profiles for w in p.windows if counter in w.counters]
+
+
+def offered_load(ctx: LabContext, a: list[float], b: list[float]) -> GateResult:
+    dec = ctx.profile.decision
+    counter, tol = dec.offered_load_counter, dec.offered_load_tolerance_pct
+    if counter is None:
+        return GateResult(name="offered_load_parity", passed=True,
+                          evidence="no offered-load counter declared ([decision] "
+                          "offered_load_counter)")
+    ra, rb = rate(a), rate(b)
+    if ra is None or rb is None or ra <= 0:
+        side = "A" if not a else "B" if not b else "A (zero)"
+        return GateResult(name="offered_load_parity", passed=False,
+                          evidence=f"{counter} not measured on {side}: the offered load cannot be "
+                          "shown equal (uprobe counters off or unavailable?)")
+    change = 100.0 * (rb - ra) / ra
+    ok = abs(change) <= tol
+    return GateResult(name="offered_load_parity", passed=ok,
+                      evidence=f"{counter} {ra:.2f}/s -> {rb:.2f}/s ({change:+.1f}%, median of "
+                      f"{len(a)}/{len(b)} windows; tolerance +-{tol:g}%)")

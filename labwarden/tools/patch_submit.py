@@ -1,0 +1,84 @@
+"""patch_submit: submit a unified diff as a new firmware patch -- checked to apply on the base
+(ref + base patches) and to compile, refused if it touches a path the profile protects; stored
+content-addressed with its author, then usable by `build` and `experiment` by its id.
+
+Host only: the diff reaches only `git apply` in a clean worktree and the profile's build
+command, never a shell. A diff that does not apply returns git's lines; one that does not
+compile returns the compiler's failing lines. The `patches` resource lists what is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import BaseModel, Field
+
+from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab.host import builder, patchstore
+from labwarden.lab.host.patchstore import PatchMeta, PatchStore, ProtectedPath
+from labwarden.tools.build import recipe
+from labwarden.tools.context import LabContext
+
+
+class PatchSubmitInput(ToolInput):
+    name: str = Field(min_length=1, max_length=40, description="short name: lower-case letters, "
+                      "digits, '-', '_' (the id adds a content hash)", examples=["bulk-pull"])
+    diff: str = Field(min_length=1, max_length=patchstore.MAX_DIFF_BYTES, description="unified "
+                      "diff against the base (`git diff` output: a/ and b/ prefixes)")
+    base_patches: list[str] = Field(default_factory=list, max_length=16, description="patch ids "
+                                    "the diff applies on top of (kept patches), in order",
+                                    examples=[["0901"]])
+    ref: str = Field("HEAD", max_length=100, description="git ref of the firmware repo")
+    summary: str | None = Field(None, max_length=300, description="what it changes and why, in "
+                                "one line (shown in the experiment ledger)")
+
+
+class PatchSubmitOutput(BaseModel):
+    patch_id: str = Field(description="use it in build / experiment")
+    files: list[str]
+    base_commit: str
+    base_patches: list[str]
+    build_id: str = Field(description="base + this patch, compiled")
+    author: str | None
+    cached: bool = Field(description="the same diff was submitted before under this name")
+
+
+def store(ctx: LabContext) -> PatchStore:
+    return PatchStore(ctx.data_dir / "patches")
+
+
+async def run(ctx: LabContext, inp: PatchSubmitInput) -> PatchSubmitOutput:
+    pid, sha = patchstore.patch_id(inp.name, inp.diff)
+    files = patchstore.diff_paths(inp.diff)
+    hit = patchstore.protected(files, ctx.profile.build.protected)
+    if hit:
+        raise ProtectedPath(hit, ctx.profile.build.protected)
+    patches = store(ctx)
+    known = patches.meta(pid)
+    if known is not None and known.base_patches == inp.base_patches and known.build_id:
+        return PatchSubmitOutput(patch_id=pid, files=known.files, base_commit=known.base_commit,
+                                 base_patches=known.base_patches, build_id=known.build_id,
+                                 author=known.author, cached=True)
+    pending = patches.pending(pid, inp.diff)
+    await ctx.report(1, 3, f"checking that {inp.name} applies on {inp.ref} + "
+                     f"{inp.base_patches or 'no patches'} and compiles")
+    try:
+        manifest, _ = await asyncio.to_thread(builder.build, recipe(ctx),
+                                              [*inp.base_patches, str(pending)], inp.ref)
+    except BaseException:
+        pending.unlink(missing_ok=True)
+        raise
+    meta = PatchMeta(id=pid, name=inp.name, sha256=sha, files=files, ref=inp.ref,
+                     base_commit=manifest.base, base_patches=inp.base_patches,
+                     build_id=manifest.build_id, author=ctx.session_id, summary=inp.summary,
+                     submitted_at=patchstore.now())
+    patches.store(pending, meta)
+    await ctx.report(3, 3, f"stored as {pid}")
+    return PatchSubmitOutput(patch_id=pid, files=files, base_commit=manifest.base,
+                             base_patches=inp.base_patches, build_id=manifest.build_id,
+                             author=ctx.session_id, cached=False)
+
+
+SPEC = ToolSpec(name="patch_submit", description=describe(__doc__), input=PatchSubmitInput,
+                output=PatchSubmitOutput, run=run, effect="host_only", budget_class="build",
+                free_text=frozenset({"diff", "summary"}))

@@ -1,0 +1,62 @@
+"""source_search: search the firmware sources at a ref -- a regular expression, file:line hits
+with context lines, paged (ripgrep when installed, else a Python fallback; same results).
+
+Read-only, host only: the tree of that commit, extracted once; nothing is checked out or
+changed. `path_glob` narrows the files (e.g. '*.c'); results are capped per page and
+`next_offset` fetches the next page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab.host import sourcetree
+from labwarden.lab.host.sourcetree import Hit
+from labwarden.tools.context import LabContext
+
+
+class SourceSearchInput(ToolInput):
+    pattern: str = Field(min_length=1, max_length=200, description="regular expression, matched "
+                         "per line", examples=["hal_get_all_stations_bulk"])
+    ref: str = Field("HEAD", max_length=100, description="git ref of the firmware repo",
+                     examples=["HEAD"])
+    path_glob: str | None = Field(None, max_length=100, description="only files matching this "
+                                  "glob (relative path or file name)", examples=["*.c"])
+    context: int = Field(2, ge=0, le=5, description="lines of context above and below each hit")
+    offset: int = Field(0, ge=0, description="hits to skip (from a previous next_offset)")
+    limit: int = Field(20, ge=1, le=50, description="hits per page")
+
+
+class SourceSearchOutput(BaseModel):
+    commit: str
+    engine: str = Field(description="ripgrep or python")
+    total: int = Field(description="hits over the whole tree")
+    files: int = Field(description="files with a hit")
+    hits: list[Hit]
+    next_offset: int | None = Field(description="pass as offset for the next page; None: no more")
+
+
+def tree(ctx: LabContext, ref: str) -> tuple[str, Path]:
+    """The firmware tree at `ref` (cached under the lab's data dir)."""
+    return sourcetree.tree_at(Path(ctx.profile.build.repo).expanduser(), ref,
+                              ctx.data_dir / "source")
+
+
+async def run(ctx: LabContext, inp: SourceSearchInput) -> SourceSearchOutput:
+    commit, root = await asyncio.to_thread(tree, ctx, inp.ref)
+    hits, engine = await asyncio.to_thread(sourcetree.search, root, inp.pattern, inp.path_glob,
+                                           inp.context)
+    page = hits[inp.offset:inp.offset + inp.limit]
+    nxt = inp.offset + inp.limit
+    return SourceSearchOutput(commit=commit, engine=engine, total=len(hits),
+                              files=len({h.path for h in hits}), hits=page,
+                              next_offset=nxt if nxt < len(hits) else None)
+
+
+SPEC = ToolSpec(name="source_search", description=describe(__doc__), input=SourceSearchInput,
+                output=SourceSearchOutput, run=run, effect="host_only", idempotent=True,
+                free_text=frozenset({"pattern", "path_glob"}))

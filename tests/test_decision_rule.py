@@ -1,0 +1,73 @@
+"""The decision rule (core/decision.py): three-valued, its looks pre-planned, its error budget
+split over them. Pure numbers: no lab, nothing faked."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from labwarden.core.decision import DecisionRule, judge, next_windows
+from labwarden.lab.config import DecisionSection, LabProfile, ProfileError
+
+RULE = DecisionRule(alpha=0.02, min_effect_pct=5.0, min_windows=3, step_windows=2, max_windows=11)
+
+
+def test_the_looks_and_the_alpha_per_look_are_planned_before_any_data() -> None:
+    assert RULE.looks() == [3, 5, 7, 9, 11]
+    assert RULE.alpha_per_look() == pytest.approx(0.004)
+    odd = DecisionRule(min_windows=3, step_windows=4, max_windows=12)
+    assert odd.looks() == [3, 7, 11, 12]  # the cap is always a look
+    assert [next_windows(n, RULE) for n in (3, 5, 11)] == [5, 7, 11]
+
+
+def test_a_clear_drop_is_improved_and_a_clear_rise_regressed() -> None:
+    a = [36.1, 35.8, 36.4]
+    down = judge(a, [25.2, 25.0, 25.5], RULE)
+    assert down.verdict == "improved" and down.decided and down.ci_pct and down.ci_pct[1] < 0
+    assert judge(a, [46.0, 45.7, 46.3], RULE).verdict == "regressed"
+    # for a metric where higher is better, the same numbers read the other way round
+    assert judge(a, [46.0, 45.7, 46.3], RULE, higher_is_worse=False).verdict == "improved"
+
+
+def test_same_needs_the_interval_inside_the_band_and_unknown_is_not_decided() -> None:
+    tight = judge([30.0, 30.2, 29.9, 30.1, 30.0], [30.1, 29.9, 30.0, 30.2, 30.1], RULE)
+    assert tight.verdict == "same" and tight.decided
+    assert tight.ci_pct and -5 < tight.ci_pct[0] and tight.ci_pct[1] < 5
+    noisy = judge([30.0, 34.0, 27.0], [31.0, 26.0, 33.0], RULE)
+    assert noisy.verdict == "unknown" and not noisy.decided  # more windows, please
+    capped = judge([30.0, 34.0, 27.0] * 4, [31.0, 26.0, 33.0] * 4, RULE)
+    assert capped.n_a == 12 and capped.decided  # the cap decides nothing but stops the adding
+    # a wider band (bisect: half the regression it chases) turns the same data into "same"
+    assert judge([30.0, 34.0, 27.0], [31.0, 26.0, 33.0], RULE, margin_pct=60).verdict == "same"
+
+
+def test_counters_that_never_move_are_decided_exactly() -> None:
+    assert judge([6.0] * 3, [6.0] * 3, RULE).verdict == "same"
+    assert judge([114.0] * 3, [0.0] * 3, RULE).verdict == "improved"
+
+
+def test_false_improved_stays_under_half_alpha_on_simulated_noise() -> None:
+    """A/A on normal noise with the adaptive schedule: the Bonferroni split bounds a false
+    'improved' by alpha/2 = 1%. 2,000 runs; the bound plus three binomial sigmas must hold."""
+    rng = random.Random(7)
+    false_improved = 0
+    for _ in range(2000):
+        a = [rng.gauss(30, 1.0) for _ in range(RULE.max_windows)]
+        b = [rng.gauss(30, 1.0) for _ in range(RULE.max_windows)]
+        n = RULE.min_windows
+        while True:
+            j = judge(a[:n], b[:n], RULE)
+            if j.decided:
+                break
+            n = next_windows(n, RULE)
+        false_improved += j.verdict == "improved"
+    assert false_improved / 2000 <= 0.01 + 3 * (0.01 * 0.99 / 2000) ** 0.5
+
+
+def test_the_profile_pre_registers_the_rule_and_refuses_nonsense() -> None:
+    assert DecisionSection().alpha == 0.02
+    with pytest.raises(ValueError, match="max_windows"):
+        DecisionSection(min_windows=5, max_windows=3)
+    with pytest.raises(ProfileError, match=r"decision\.alpha"):
+        LabProfile.from_dict({"decision": {"alpha": 0.9}})

@@ -1,0 +1,206 @@
+"""The overnight loop writes and judges its own patches (issue [2/3]'s acceptance).
+
+The stand-in Messages API (tests/messages_standin.py) scripts the model's turns; everything else is
+real: `labwarden loop` on a real vlab, the tools through the guard, git apply and gcc, flashes,
+windows measured with perf and uprobe counters, the transcript, the records, the report. The
+scripted agent reads hal.c with the source tools, then writes five patches:
+
+- the station pull through the bulk path (hal_get_all_stations_bulk, never called today): kept,
+  improved, every gate passed;
+- the monitor polling half as often: refused as protected -- and, in a second run with the
+  protection lifted, dropped by the offered-load gate;
+- the brief reply losing a key: dropped by functional parity;
+- one that does not compile: patch_submit answers with the compiler's lines;
+- a no-op: "same" after the rule's adaptive windows, so refuted.
+
+The morning report and summary list all of them with their numbers. Short windows (2 s), two
+densities and the rule's cap keep it at a few minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from labwarden.cli.app import app
+from labwarden.core.events import ToolCalled
+from labwarden.core.experiments import Experiment
+from labwarden.core.records import RecordStore
+from labwarden.lab.config import LabProfile
+from labwarden.transcripts.store import TranscriptStore
+from labwarden.vlab import control
+from labwarden.vlab.layout import VlabLayout
+
+from .conftest import needs_uprobes
+from .messages_standin import MessagesStandIn, ToolUse, Turn, from_result
+from .patching import BROKEN, BULK, DROP_KEY, NO_OP, SLOW_MONITOR, change
+
+runner = CliRunner()
+QUICK = {"window_s": "2.0", "densities": "[30, 60]", "sweep_reps": "2", "max_windows": "9",
+         "min_effect_pct": "10.0"}
+"""The [decision] of these runs: 2 s windows, 30/60 clients; a no-op needs the interval inside
++-10% (2 s windows at 60 clients scatter by a few %), within 9 windows per arm."""
+
+
+@pytest.fixture(scope="module")
+def vlab_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
+    needs_uprobes()  # the offered load is counted by a uprobe on the RPC
+    root = tmp_path_factory.mktemp("loopexp")
+    try:
+        control.up(root)
+        yield VlabLayout.at(root)
+    finally:
+        control.down(root)
+
+
+@pytest.fixture(autouse=True)
+def _api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-standin")
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+
+
+def profile(layout: VlabLayout, name: str, protected: list[str] | None = None) -> Path:
+    text = layout.lab_toml.read_text()
+    decision = text.index("[decision]")
+    head, tail = text[:decision], text[decision:]
+    for key, value in QUICK.items():
+        tail, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", tail, count=1, flags=re.M)
+        assert n == 1, key
+    if protected is not None:
+        head, n = re.subn(r"^protected = .*$", f"protected = {json.dumps(protected)}", head,
+                          count=1, flags=re.M)
+        assert n == 1
+    path = layout.lab_toml.with_name(f"lab-{name}.toml")
+    path.write_text(head + tail)
+    return path
+
+
+def submit(name: str, diff: str, **more: Any) -> ToolUse:
+    return ToolUse("patch_submit", {"name": name, "diff": diff, **more})
+
+
+def experiment() -> ToolUse:
+    return ToolUse("experiment", from_result("patch_id", "patch"))
+
+
+def calls(lab: Path) -> list[ToolCalled]:
+    with TranscriptStore(LabProfile.from_file(lab).data_dir() / "transcripts.db") as store:
+        sid = next(s.id for s in store.sessions() if s.client == "loop")
+        return [e.event for e in store.events(sid) if isinstance(e.event, ToolCalled)]
+
+
+def loop(lab: Path, turns: list[Turn], goal: str, out: Path) -> tuple[list[ToolCalled], float]:
+    t0 = time.monotonic()
+    with MessagesStandIn(turns) as api:
+        res = runner.invoke(app, ["loop", "--lab", str(lab), "--base-url", api.url, "--goal", goal,
+                                  "--budget-usd", "5", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert len(api.requests) == len(turns)
+    return calls(lab), time.monotonic() - t0
+
+
+def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayout,
+                                                            tmp_path: Path) -> None:
+    lab = profile(vlab_root, "protected")
+    turns = [
+        Turn(text="Where is the station pull?",
+             tools=[ToolUse("source_search", {"pattern": "hal_get_all_stations_bulk", "path_glob": "*.c"})]),
+        Turn(tools=[ToolUse("source_read", {"path": "hal.c", "start": 100, "end": 145})]),
+        Turn(text="The HAL never reports the bulk capability: one dump per VAP instead of three "
+                  "round trips per station.", tools=[submit("bulk-pull", change("hal.c", *BULK),
+                                                            summary="pull all stations in one dump")]),
+        Turn(tools=[experiment()]),
+        Turn(tools=[submit("slow-monitor", change("stamon.c", *SLOW_MONITOR))]),
+        Turn(tools=[submit("brief-13", change("wld.c", *DROP_KEY, patches=("0902",)),
+                           base_patches=["0902"])]),
+        Turn(tools=[experiment()]),
+        Turn(tools=[submit("broken", change("wld.c", *BROKEN))]),
+        Turn(tools=[submit("comment", change("wld.c", *NO_OP))]),
+        Turn(tools=[experiment()]),
+        Turn(text="DONE: kept bulk-pull; the rest were refused, dropped or refuted."),
+    ]
+    out = tmp_path / "run1"
+    events, wall = loop(lab, turns, "lower stad CPU at 60 clients", out)
+    print(f"\nrun 1: {wall:.1f} s wall for 3 experiments and 5 submissions")  # the note's figure
+    got = [(e.call.tool, e.call.ok) for e in events]
+    assert got == [("source_search", True), ("source_read", True), ("patch_submit", True),
+                   ("experiment", True), ("patch_submit", False), ("patch_submit", True),
+                   ("experiment", True), ("patch_submit", False), ("patch_submit", True),
+                   ("experiment", True)], [e.call.error for e in events]
+    search, read = events[0].call.result, events[1].call.result
+    assert search and {h["path"] for h in search["hits"]} == {"hal.c", "wld.c"}
+    assert read and any("hal_get_all_stations_bulk" in ln for ln in read["lines"])
+
+    bulk, drop, noop = (e.call.result for e in (events[3], events[6], events[9]))
+    assert bulk and bulk["decision"] == "kept", bulk
+    assert bulk["verdict"] == "improved" and bulk["gates_failed"] == [] and bulk["delta_pct"] < -10
+    assert bulk["sweep_a"] and bulk["sweep_b"]
+
+    protected = events[4].call.error
+    assert protected and protected.code == "protected_path" and "stamon.c" in protected.message
+
+    assert drop and drop["decision"] == "dropped" and "functional parity" in drop["reason"]
+    assert drop["gates_failed"] == ["declared_parity"]
+
+    broken = events[7].call.error
+    assert broken and broken.kind == "build" and broken.message == "compile failed"
+    assert any("wld.c" in ln and "error" in ln for ln in broken.lines)
+
+    assert noop and noop["verdict"] == "same" and noop["decision"] == "refuted", noop
+    store = RecordStore(LabProfile.from_file(lab).data_dir())
+    noop_rec = store.load("exp", noop["experiment_id"], Experiment)
+    assert noop_rec.screening and noop_rec.screening.looks[-1].verdict == "same"
+    looks = [(j.n_a, j.verdict) for j in noop_rec.screening.looks]
+    print(f"no-op looks: {looks}")
+    assert all(v == "unknown" for _, v in looks[:-1])  # the rule added windows until it decided
+    bulk_rec = store.load("exp", bulk["experiment_id"], Experiment)
+    assert {g.name for g in bulk_rec.gates} >= {"offered_load_parity", "declared_parity",
+                                                "cpu_monotonic", "unknown_frames"}
+    assert all(g.passed for g in bulk_rec.gates)
+
+    summary = (out / "summary.md").read_text()
+    kept = summary.split("## Kept")[1].split("## Dropped")[0]
+    assert bulk["patch"] in kept and f"{bulk['delta_pct']:+.1f}%" in kept
+    dropped = summary.split("## Dropped")[1].split("## Refuted")[0]
+    assert drop["patch"] in dropped and "functional parity" in dropped
+    refuted = summary.split("## Refuted")[1].split("## ")[0]
+    assert noop["patch"] in refuted and "same" in refuted
+    rejected = summary.split("## Rejected at submission")[1].split("## ")[0]
+    assert "`slow-monitor`: protected_path" in rejected and "stamon.c" in rejected
+    assert "`broken`: build: compile failed" in rejected and "error" in rejected
+    assert "3 candidates judged" not in summary and "**Candidates judged:** 3 (1 kept, 1 dropped, " \
+        "1 refuted, 0 failed), 2 rejected at submission" in summary
+
+    report = (out / "report.html").read_text()
+    ledger = report.split('id="ledger-table"')[1].split("</table>")[0]
+    assert ledger.count('class="exp-row"') == 3 and ledger.count('class="rejected-row"') == 2
+    for exp in (bulk, drop, noop):
+        assert exp["patch"] in ledger and f'data-decision="{exp["decision"]}"' in ledger
+    assert f"{bulk['delta_pct']:+.1f}" in ledger and "compile failed" in ledger
+    assert "Differential" in report and report.count('<iframe class="flame"') >= 2
+    assert "bulk-pull" in report.split('id="curve-table"')[1].split("</table>")[0]
+
+    # the second run: the protection is lifted, so the slower monitor is judged -- and the
+    # offered-load gate drops it (less work because less load is not a fix)
+    open_lab = profile(vlab_root, "open", protected=[])
+    turns = [Turn(tools=[submit("slow-monitor", change("stamon.c", *SLOW_MONITOR))]),
+             Turn(tools=[experiment()]),
+             Turn(text="DONE: nothing kept.")]
+    out2 = tmp_path / "run2"
+    events, wall2 = loop(open_lab, turns, "lower stad CPU, monitor allowed", out2)
+    print(f"run 2: {wall2:.1f} s wall for 1 experiment")
+    slow = events[1].call.result
+    assert slow and slow["decision"] == "dropped" and slow["verdict"] == "improved", slow
+    assert slow["gates_failed"] == ["offered_load_parity"] and "offered load changed" in slow["reason"]
+    rate_a, rate_b = (float(x) for x in re.findall(r"([\d.]+)/s", slow["offered_load"])[:2])
+    assert rate_b < 0.6 * rate_a  # half the polls
+    summary2 = (out2 / "summary.md").read_text()
+    assert slow["patch"] in summary2.split("## Dropped")[1] and "offered load changed" in summary2
+    assert "offered_load_parity" in (out2 / "report.html").read_text()
