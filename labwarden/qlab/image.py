@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -100,8 +101,37 @@ def guest_dir() -> Path:
 
 # --- keys ------------------------------------------------------------------------------------------
 
+def _lists_fingerprint() -> str:
+    """apt's view of the archive: its package lists (name, size, mtime) and its sources."""
+    parts = []
+    for d in (Path("/var/lib/apt/lists"), *debian.SOURCES):
+        files = sorted(d.iterdir()) if d.is_dir() else [d]
+        for f in files:
+            with contextlib.suppress(OSError):
+                st = f.stat()
+                parts.append(f"{f}:{st.st_size}:{st.st_mtime_ns}")
+    return _digest(*parts)
+
+
 def requested_versions(progress: Progress) -> dict[str, str]:
-    """What apt would install today: each package's candidate and the current kernel image."""
+    """What apt would install today: each package's candidate and the current kernel image.
+    Asking apt costs ~1 s; the answer is kept until apt's lists or sources change."""
+    memo = cache_dir() / "apt-resolution.json"
+    fingerprint = _lists_fingerprint()
+    with contextlib.suppress(OSError, ValueError):
+        saved = json.loads(memo.read_text())
+        if saved.get("fingerprint") == fingerprint and saved.get("packages") == list(PACKAGES):
+            return dict(saved["requested"])
+    requested = _ask_apt(progress)
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    tmp = memo.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"fingerprint": _lists_fingerprint(), "packages": list(PACKAGES),
+                               "requested": requested}))
+    tmp.replace(memo)
+    return requested
+
+
+def _ask_apt(progress: Progress) -> dict[str, str]:
     kpkg = debian.kernel_package()
     wanted = [*PACKAGES, kpkg]
     found = debian.candidates(wanted)
@@ -138,7 +168,7 @@ def _guest_files() -> list[tuple[str, Path]]:
 
 
 def image_key(base: str) -> str:
-    parts: list[str | bytes] = [f"image{IMAGE_RECIPE}", base, BOARD, RELEASE]
+    parts: list[str | bytes] = [f"image{IMAGE_RECIPE}", base, BOARD, RELEASE, *kernel.INITRAMFS_MODULES]
     for rel, path in _guest_files():
         parts += [rel, path.read_bytes()]
     for name in ("trace", "stamon"):

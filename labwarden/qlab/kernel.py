@@ -32,7 +32,7 @@ RUNTIME_GLOBS = ("kernel/net/netfilter/*", "kernel/net/ipv4/netfilter/*",
                  "kernel/net/ipv6/netfilter/*", "kernel/net/sched/*")
 """Whole module directories: nftables' expressions and tc's qdiscs are loaded on demand."""
 
-INITRAMFS_MODULES = ("virtio_pci", "virtio_blk", "crc32c_generic", "ext4", "overlay")
+INITRAMFS_MODULES = ("virtio_pci", "virtio_blk", "crc32c_generic", "ext4", "overlay", "loop")
 """What the initramfs loads before it can mount the root (dependencies come first)."""
 
 
