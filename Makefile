@@ -9,9 +9,9 @@ INFERNO := .tools/bin/inferno-collapse-perf
 CARGO := $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
 PYTEST_ARGS ?=
 
-.PHONY: setup system python tools test demo bench lint clean
+.PHONY: setup system python tools qlab test demo bench lint clean
 
-setup: system python tools
+setup: system python tools qlab
 
 system:
 	@sh scripts/setup-system.sh
@@ -28,6 +28,12 @@ $(INFERNO):
 	@echo "setup: installing inferno into .tools (cargo install inferno --locked, ~1-2 min)"
 	$(CARGO) install inferno --locked --root .tools --quiet
 
+# The qlab's guest image: built from Debian packages once (~40 s, root: mmdebstrap), then cached in
+# ~/.cache/labwarden/qlab ($$LABWARDEN_QLAB_CACHE) keyed by the package versions; ~0 s when cached.
+qlab: system python
+	@if [ "$$(id -u)" = 0 ]; then $(BIN)/labwarden qlab image >/dev/null && echo "setup: qlab image ready"; \
+	else echo "setup: the qlab image is built as root (make setup as root once)" >&2; fi
+
 test: setup
 	$(BIN)/ruff check labwarden tests bench
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
@@ -35,7 +41,7 @@ test: setup
 demo: setup
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/labwarden demo
 
-BENCHES := vlab_curve device_rtt tool_overhead symbolize measurement loop_overhead token_economy soak
+BENCHES := vlab_curve device_rtt tool_overhead symbolize measurement loop_overhead token_economy soak qlab
 
 bench: setup
 	@for b in $(BENCHES); do echo "== bench/$$b.py"; \
@@ -45,4 +51,4 @@ lint: python
 	$(BIN)/ruff check labwarden tests bench
 
 clean:
-	rm -rf .vlab .pytest_cache build dist
+	rm -rf .vlab .qlab .pytest_cache build dist

@@ -1,7 +1,8 @@
 #!/bin/sh
 # System pieces labwarden needs beyond Python: a C toolchain (vlab firmware), perf, cargo (for
-# inferno) and a mounted tracefs (uprobe counters). Installs what is missing when root; as a
-# normal user it only reports (the vlab runs without root; uprobes do not).
+# inferno), a mounted tracefs (uprobe counters) and the qlab's QEMU and image tools. Installs what
+# is missing when root; as a normal user it only reports (the vlab runs without root; uprobes and
+# the qlab image build do not).
 set -u
 missing=""
 need() { command -v "$1" >/dev/null 2>&1 || missing="$missing $2"; }
@@ -20,9 +21,19 @@ need aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
 need qemu-aarch64 qemu-user
 need unshare util-linux
 
-if [ -n "$missing" ]; then
+# the qlab (a Debian guest under QEMU): QEMU, mmdebstrap to build the guest root, e2fsprogs for
+# its disk images, libnl headers for the firmware's nl80211 HAL, ssh for labgrid's SSHDriver
+qlab=""
+command -v qemu-system-x86_64 >/dev/null 2>&1 || qlab="$qlab qemu-system-x86"
+command -v mmdebstrap >/dev/null 2>&1 || qlab="$qlab mmdebstrap"
+command -v mkfs.ext4 >/dev/null 2>&1 || qlab="$qlab e2fsprogs"
+command -v ssh >/dev/null 2>&1 || qlab="$qlab openssh-client"
+[ -f /usr/include/libnl3/netlink/genl/genl.h ] || qlab="$qlab libnl-3-dev libnl-genl-3-dev"
+command -v pkg-config >/dev/null 2>&1 || qlab="$qlab pkg-config"
+
+if [ -n "$missing$qlab" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing$missing"
+    echo "setup: installing$missing$qlab"
     # openssh-server's postinst would start a system sshd on port 22: the tests start their own
     # on 127.0.0.1, so keep services from starting while installing (unless a policy already says)
     own_policy=""
@@ -30,10 +41,12 @@ if [ -n "$missing" ]; then
       printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
       own_policy=1
     fi
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+    apt-get update -qq
+    [ -z "$missing" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+    [ -z "$qlab" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $qlab >/dev/null
     [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
   else
-    echo "setup: missing$missing -- as root: apt-get install$missing" >&2
+    echo "setup: missing$missing$qlab -- as root: apt-get install$missing$qlab" >&2
   fi
 fi
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real vlab (processes, SSH on loopback) that is always brought down."""
+"""Shared fixtures: a real vlab (processes, SSH on loopback) and a real qlab (a Debian kernel under
+QEMU, booted through labgrid), each always brought down."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from labwarden.lab.host import tracefs
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
+from tests.qlab_fixtures import Qlab, running_qlab
 
 from .ci_skips import missing, pytest_runtest_makereport  # noqa: F401  (the hook: in CI a skip fails)
 
@@ -102,3 +104,12 @@ def built_firmware(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run(["make", "-s", "-C", str(firmware_package_dir()), f"O={out}", "GIT_HASH=test"],
                    check=True, capture_output=True)
     return out
+
+
+@pytest.fixture(scope="module")
+def qlab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Qlab]:
+    """A running qlab for one test module (one guest: TCG boots cost ~20 s); brought down even
+    when a test fails, and checked to leave no QEMU behind."""
+    root = tmp_path_factory.mktemp("qlab-" + request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_"))
+    with running_qlab(root) as q:
+        yield q

@@ -15,6 +15,7 @@ LAYERS: list[grimp.Layer] = [
     grimp.Layer("runtime"),
     grimp.Layer("tools", "guardrails"),
     grimp.Layer("report"),
+    grimp.Layer("qlab"),
     grimp.Layer("transcripts", "vlab", "doctor"),
     grimp.Layer("lab", "prompts"),
     grimp.Layer("core"),

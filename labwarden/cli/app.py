@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from labwarden import __version__
-from labwarden.cli import agent, call, doctor, lab, report, run, serve, transcripts, vlab
+from labwarden.cli import agent, call, doctor, lab, qlab, report, run, serve, transcripts, vlab
 from labwarden.cli.common import out
 
 app = typer.Typer(help="labwarden: run a performance lab through guarded, audited tools.",
@@ -27,6 +27,7 @@ app.command("doctor")(doctor.doctor)
 app.command("demo")(run.demo)
 app.command("report")(report.report)
 app.add_typer(vlab.app, name="vlab")
+app.add_typer(qlab.app, name="qlab")
 app.add_typer(call.app, name="call")
 app.add_typer(lab.app, name="lab")
 app.add_typer(transcripts.app, name="transcripts")

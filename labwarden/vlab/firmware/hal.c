@@ -104,6 +104,22 @@ int hal_has_bulk_capability(int vap)
 	return 0;
 }
 
+/* Stations arrive over the RPC (stasim's assoc): nothing to open, no events. */
+int hal_open(const char *config_dir)
+{
+	(void)config_dir;
+	return 0;
+}
+
+int hal_event_fd(void)
+{
+	return -1;
+}
+
+void hal_handle_events(void)
+{
+}
+
 NOINLINE int hal_get_station_stats(int vap, const unsigned char mac[6], uint64_t assoc_ns, struct hal_sta_stats *out)
 {
 	static const int cmds[3] = { CMD_GET_STATION, CMD_DEV_DIAG3, CMD_PEER_FLOW };

@@ -80,6 +80,12 @@ struct hal_sta_entry { unsigned char mac[6]; struct hal_sta_stats st; };
 int hal_has_bulk_capability(int vap);
 int hal_get_station_stats(int vap, const unsigned char mac[6], uint64_t assoc_ns, struct hal_sta_stats *out);
 int hal_get_all_stations_bulk(int vap, const unsigned char (*macs)[6], int n, struct hal_sta_entry *out);
+/* The HAL is chosen at build time (Makefile HAL=): hal.c is the vlab's simulated one (stations
+ * arrive over the RPC); hal_nl80211.c takes the station list from the kernel and keeps it current
+ * from nl80211 events, which stad's poll loop hands to hal_handle_events(). */
+int hal_open(const char *config_dir); /* after wld_load_config; 0 ok, -1 (message on stderr) */
+int hal_event_fd(void);               /* -1: this HAL has no events */
+void hal_handle_events(void);
 
 /* ---- wld: the WiFi daemon logic (wld.c) ---- */
 #define WLD_MAX_VAPS 8

@@ -89,6 +89,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "stad: cannot read %s/wireless\n", dir);
 		return 1;
 	}
+	if (hal_open(dir))
+		return 1;
 	int lfd = rpc_listen(sock);
 	if (lfd < 0) {
 		perror("stad: listen");
@@ -102,20 +104,23 @@ int main(int argc, char **argv)
 		sta_fw_version(), wld_nvaps, work_per_us, sock);
 
 	static struct client cl[MAX_CLIENTS];
-	struct pollfd pfd[MAX_CLIENTS + 1];
+	struct pollfd pfd[MAX_CLIENTS + 2];
 	struct sbuf payload;
-	int ncl = 0;
+	int ncl = 0, hfd = hal_event_fd(); /* -1 (ignored by poll) unless the HAL has events */
 	sbuf_init(&payload);
 	while (!stop) {
 		pfd[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
 		for (int i = 0; i < ncl; i++)
 			pfd[i + 1] = (struct pollfd){ .fd = cl[i].fd, .events = POLLIN };
-		if (poll(pfd, ncl + 1, -1) < 0) {
+		pfd[ncl + 1] = (struct pollfd){ .fd = hfd, .events = POLLIN };
+		if (poll(pfd, ncl + 2, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			perror("stad: poll");
 			break;
 		}
+		if (pfd[ncl + 1].revents & (POLLIN | POLLERR))
+			hal_handle_events();
 		for (int i = ncl - 1; i >= 0; i--) {
 			if (!(pfd[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
 				continue;

@@ -1,0 +1,111 @@
+"""`labwarden qlab ...`: the qlab -- a Debian kernel under QEMU with real 802.11 radios and
+clients -- started and stopped through labgrid. Each command calls one function of
+labwarden.qlab (control, image)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from labwarden.cli.common import err, fail_on, out
+from labwarden.core.errors import LabError
+from labwarden.qlab import control, image
+
+app = typer.Typer(help="The qlab: a real-kernel DUT under QEMU (labgrid), mac80211_hwsim radios, "
+                  "hostapd APs, wpa_supplicant clients.", no_args_is_help=True)
+
+DEFAULT_QLAB_DIR = Path(".qlab")
+DirOpt = Annotated[Path, typer.Option("--dir", help="qlab state directory")]
+AccelOpt = Annotated[str, typer.Option(help="auto (probe KVM, fall back to TCG), kvm or tcg")]
+
+
+@app.command("image")
+def qlab_image(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Build the guest image from Debian packages if it is not cached (needs root), and show it."""
+    try:
+        with err.status("qlab image") as st:
+            img = image.ensure(lambda m: st.update(f"qlab image: {escape(m)}"))
+    except LabError as exc:
+        fail_on(exc)
+    if json_out:
+        out.print_json(img.model_dump_json())
+        return
+    table = Table("what", "value", show_header=False)
+    table.add_row("image", f"{img.key} in {img.dir}")
+    table.add_row("kernel", img.kernel_version)
+    table.add_row("packages", f"{len(img.packages)} installed: "
+                  + ", ".join(f"{p} {v}" for p, v in img.requested.items() if not p.startswith("lib")))
+    table.add_row("built in", ", ".join(f"{k} {v:.1f} s" for k, v in img.build_s.items()))
+    out.print(table)
+
+
+@app.command("up")
+def qlab_up(
+    dir: DirOpt = DEFAULT_QLAB_DIR,
+    accel: AccelOpt = "auto",
+    memory: Annotated[str, typer.Option(help="guest memory (QEMU -m)")] = "512M",
+    smp: Annotated[int, typer.Option(help="guest vCPUs")] = 2,
+    port: Annotated[int, typer.Option(help="ssh port on 127.0.0.1 (0 = a free one)")] = 0,
+    patch: Annotated[list[str] | None, typer.Option(
+        help="build the firmware with this patch (id like 0901, or a path); repeatable")] = None,
+) -> None:
+    """Build what is missing (image, firmware), boot the guest through labgrid (QEMUDriver +
+    QlabStrategy), wait for its APs, and write lab.toml."""
+    if accel not in ("auto", "kvm", "tcg"):
+        fail_on(LabError(f"--accel must be auto, kvm or tcg, got {accel!r}", "e.g. --accel tcg"), 2)
+    mode: Literal["auto", "kvm", "tcg"] = accel  # type: ignore[assignment]
+    try:
+        with err.status("qlab up") as st:
+            info = control.up(dir, accel=mode, memory=memory, smp=smp, port=port, patches=patch or [],
+                              progress=lambda m: st.update(f"qlab up: {escape(m)}"))
+    except LabError as exc:
+        fail_on(exc)
+    table = Table("what", "where", show_header=False)
+    table.add_row("state dir", info.root)
+    table.add_row("guest", f"kernel {info.kernel}, image {info.image}, {info.accel.name} "
+                  f"({info.accel.reason})")
+    table.add_row("ssh", f"{info.ssh} (user root; dropbear, host key pinned in the profile)")
+    table.add_row("labgrid env", info.env_yaml)
+    table.add_row("lab profile", info.lab_toml)
+    table.add_row("firmware", f"build {info.build_id} (nl80211 HAL)")
+    table.add_row("timings", ", ".join(f"{k} {v:.1f} s" for k, v in info.timings.items()))
+    out.print(table)
+    out.print(f"next: labwarden qlab status --dir {dir} --guest   |   labwarden qlab down --dir {dir}")
+
+
+@app.command("status")
+def qlab_status(dir: DirOpt = DEFAULT_QLAB_DIR,
+                guest: Annotated[bool, typer.Option("--guest", help="also ask the guest")] = False,
+                json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Whether the qlab is up (its daemon, QEMU, the strategy's state, the boot_id)."""
+    st = control.status(dir, ask_guest=guest)
+    if json_out:
+        out.print_json(st.model_dump_json())
+    else:
+        table = Table("what", "value", show_header=False)
+        table.add_row("state", st.state + (f" ({st.error})" if st.error else ""))
+        table.add_row("daemon / QEMU", f"{st.daemon_pid or '-'} / {' '.join(map(str, st.qemu_pids)) or '-'}")
+        if st.ssh:
+            table.add_row("ssh", st.ssh)
+            table.add_row("boot_id", f"{st.boot_id} (boot {st.boots} of this daemon)")
+        for key, value in st.guest.items():
+            table.add_row(key, escape(value))
+        out.print(table)
+    if not st.up:
+        raise typer.Exit(1)
+
+
+@app.command("down")
+def qlab_down(dir: DirOpt = DEFAULT_QLAB_DIR) -> None:
+    """Power the guest off through the strategy and stop everything the qlab started."""
+    stopped = control.down(dir)
+    left = control.status(dir).qemu_pids
+    out.print(f"qlab down: stopped {len(stopped)} process(es)"
+              + (f"; QEMU still running: {json.dumps(left)}" if left else ""))
+    if left:
+        raise typer.Exit(1)

@@ -1,0 +1,121 @@
+"""qlabd: the process that holds a qlab's labgrid target (QEMUDriver, SSHDriver, QlabStrategy).
+
+labgrid's QEMUDriver runs QEMU as a child of the process that activated it, so one long-lived
+process must own the target: `qlab up` starts this daemon, which transitions the strategy to
+`shell` and then waits; `qlab down` (SIGTERM) transitions it to `off` (QEMU quits) and exits.
+
+    python -m labwarden.qlab.daemon STATE_DIR
+
+Requests are signals, results are run/state.json (written atomically, `seq` counts handled
+requests): SIGTERM/SIGINT stop, SIGHUP power cycle (off, then shell), SIGUSR1 off, SIGUSR2 shell.
+If QEMU exits on its own (the guest powered off), the state says so and the daemon exits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from labwarden.qlab.paths import QlabLayout
+from labwarden.qlab.procs import qemu_pids
+
+log = logging.getLogger("qlabd")
+
+_REQUESTS = {signal.SIGTERM: "stop", signal.SIGINT: "stop", signal.SIGHUP: "cycle",
+             signal.SIGUSR1: "off", signal.SIGUSR2: "shell"}
+
+
+class Daemon:
+    def __init__(self, layout: QlabLayout):
+        self.layout = layout
+        self.pending: list[str] = []
+        self.state: dict[str, Any] = {"pid": os.getpid(), "state": "starting", "seq": 0, "boots": 0,
+                                      "boot_id": None, "qemu_pid": None, "error": None,
+                                      "boot_s": None, "since": time.time()}
+
+    def publish(self, **changes: Any) -> None:
+        self.state.update(changes)
+        tmp = self.layout.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state, indent=1))
+        tmp.replace(self.layout.state_file)
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        self.pending.append(_REQUESTS[signal.Signals(signum)])
+
+    def run(self) -> int:
+        from labgrid import Environment
+
+        for signum in _REQUESTS:
+            signal.signal(signum, self.on_signal)
+        env = Environment(config_file=str(self.layout.env_yaml))
+        target = env.get_target("main")
+        assert target is not None
+        self.strategy = target.get_driver("QlabStrategy")
+        try:
+            self.pending.insert(0, "shell")
+            while True:
+                while self.pending:
+                    request = self.pending.pop(0)
+                    if request == "stop":
+                        self.transition("off")
+                        return 0
+                    for step in (["off", "shell"] if request == "cycle" else [request]):
+                        self.transition(step)
+                    self.publish(seq=self.state["seq"] + 1)
+                if self.state["state"] == "shell" and not qemu_pids(self.layout):
+                    self.publish(state="dead", error="QEMU exited on its own (the guest powered off "
+                                 f"or crashed): see {self.layout.console_log}")
+                    log.error("QEMU is gone")
+                    return 1
+                time.sleep(0.2)
+        except Exception as exc:  # the state file is how `qlab up/status` learn what happened
+            log.error("%s", traceback.format_exc())
+            cause = exc.__cause__ or exc
+            self.publish(state="error", error=f"{type(cause).__name__}: {cause}")
+            return 1
+        finally:
+            try:
+                target.cleanup()  # deactivates the drivers: QEMU quits, ssh masters close
+            except Exception:
+                log.error("cleanup: %s", traceback.format_exc())
+            if self.state["state"] not in ("dead", "error"):
+                self.publish(state="stopped", qemu_pid=None)
+
+    def transition(self, state: str) -> None:
+        log.info("transition to %s", state)
+        t0 = time.monotonic()
+        self.publish(state="booting" if state == "shell" else "stopping")
+        self.strategy.transition(state)
+        pids = qemu_pids(self.layout)
+        if state == "shell":
+            self.publish(state="shell", boot_id=self.strategy.boot_id, boots=self.state["boots"] + 1,
+                         boot_s=round(time.monotonic() - t0, 2), qemu_pid=pids[0] if pids else None)
+        else:
+            self.publish(state="off", boot_id=None, qemu_pid=None)
+        log.info("%s after %.1f s", state, time.monotonic() - t0)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m labwarden.qlab.daemon STATE_DIR", file=sys.stderr)
+        return 2
+    layout = QlabLayout.at(argv[1])
+    layout.run.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(filename=str(layout.daemon_log), level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    Path(layout.daemon_pid).write_text(f"{os.getpid()}\n")
+    try:
+        return Daemon(layout).run()
+    finally:
+        layout.daemon_pid.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

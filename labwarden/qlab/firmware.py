@@ -1,0 +1,116 @@
+"""The qlab's firmware: the vlab's C sources built on the host for the guest with the nl80211 HAL
+(same Debian release and architecture: the host's gcc and libnl-genl-3-dev), packed into a
+flashable root filesystem image.
+
+The image (`qlab-fw.img` beside the build's image.tar.gz) is an ext4 filesystem holding the
+deploy files at their DUT paths (usr/sbin/stad ...) and `usr/lib/lwfw/manifest`, followed by a
+512-byte trailer the guest's sysupgrade checks: `LWFW1`, the board, the filesystem's size and
+sha256. The guest mounts it from its flash disk under the base image (an OpenWrt-like overlay):
+only paths under usr/ may be in it (the base image's /lib, /bin are symlinks into usr/).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from labwarden.lab.host import builder
+from labwarden.lab.host.builder import BuildError, BuildManifest, git
+from labwarden.qlab.image import BOARD
+from labwarden.qlab.paths import QlabLayout
+from labwarden.vlab.firmware import DEPLOY, firmware_package_dir, patches_package_dir
+
+COMMAND = ["make", "-s", "-j{jobs}", "O={out}", "GIT_HASH={git_hash}", "HAL=nl80211"]
+"""The vlab's build with the kernel's HAL."""
+TRAILER = 512
+IMAGE_NAME = "qlab-fw.img"
+FLASH_BYTES = 64 << 20
+"""Size of the guest's flash disk."""
+
+
+def init_repo(layout: QlabLayout) -> str:
+    """The firmware git repo of this qlab (the vlab's sources, once); returns the commit."""
+    if not (layout.src / ".git").exists():
+        shutil.copytree(firmware_package_dir(), layout.src,
+                        ignore=shutil.ignore_patterns("out", "*.o", "*.so", "__pycache__"))
+        git(layout.src, "init", "-q", "-b", "main")
+        git(layout.src, "add", "-A")
+        git(layout.src, "commit", "-q", "-m", "qlab firmware (vlab sources, nl80211 HAL)")
+    return git(layout.src, "rev-parse", "HEAD")
+
+
+def patches_dirs(layout: QlabLayout) -> list[Path]:
+    return [layout.root / "patches", patches_package_dir()]
+
+
+def recipe(layout: QlabLayout) -> builder.BuildRecipe:
+    return builder.BuildRecipe(repo=layout.src, builds=layout.builds, rootfs="/", command=COMMAND,
+                               artifacts=DEPLOY, patches_dirs=patches_dirs(layout))
+
+
+def build(layout: QlabLayout, patches: list[str] | None = None,
+          ref: str = "HEAD") -> tuple[BuildManifest, Path]:
+    """Build (cached by the builder) and pack; returns the manifest and the flashable image."""
+    manifest, _cached = builder.build(recipe(layout), patches, ref)
+    return manifest, pack(manifest)
+
+
+def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    out = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise BuildError(what, (out.stderr or out.stdout).strip().splitlines()[-10:],
+                         "check e2fsprogs (mkfs.ext4 -d needs e2fsprogs >= 1.43)")
+
+
+def pack(manifest: BuildManifest, board: str = BOARD) -> Path:
+    """The build's flashable image (made once per build: the same build gives the same bytes)."""
+    image = Path(manifest.image).with_name(IMAGE_NAME)
+    if image.exists():
+        return image
+    with tempfile.TemporaryDirectory(prefix="qlab-fw-", dir=image.parent) as tmp:
+        tree = Path(tmp) / "tree"
+        with tarfile.open(manifest.image) as tar:
+            tar.extractall(tmp, filter="data")
+        (Path(tmp) / "rootfs").rename(tree)
+        bad = sorted(str(p.relative_to(tree)) for p in tree.iterdir() if p.name != "usr")
+        if bad:
+            raise BuildError("pack", [f"image paths outside usr/: {bad}"],
+                             "deploy firmware files under usr/ (the base image's /lib is a symlink)")
+        meta = tree / "usr" / "lib" / "lwfw" / "manifest"
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        meta.write_text(f"build_id={manifest.build_id}\ngit_hash={manifest.git_hash}\n"
+                        + "".join(f"{a.sha256}  {a.path}\n" for a in manifest.artifacts))
+        for path in tree.rglob("*"):  # fixed times: the same build packs to the same bytes
+            os.utime(path, (0, 0), follow_symlinks=False)
+        used = sum(p.stat().st_size for p in tree.rglob("*") if p.is_file())
+        fs = Path(tmp) / "fs.ext4"
+        size_kb = max(4096, (used * 3 // 2) // 1024 + 1024)
+        seed = hashlib.sha256(manifest.build_id.encode()).hexdigest()
+        uuid = f"{seed[:8]}-{seed[8:12]}-{seed[12:16]}-{seed[16:20]}-{seed[20:32]}"
+        _run(["mkfs.ext4", "-q", "-F", "-L", "qlab-fw", "-O", "^has_journal", "-U", uuid,
+              "-E", f"root_owner=0:0,hash_seed={uuid}", "-d", str(tree), str(fs), f"{size_kb}k"],
+             "mkfs.ext4", env={**os.environ, "E2FSPROGS_FAKE_TIME": "1"})
+        data = fs.read_bytes()
+        if len(data) + TRAILER > FLASH_BYTES:
+            raise BuildError("pack", [f"{len(data)} bytes do not fit the {FLASH_BYTES}-byte flash"],
+                             "make the firmware smaller")
+        trailer = (f"LWFW1\nboard={board}\nsize={len(data)}\n"
+                   f"sha256={hashlib.sha256(data).hexdigest()}\nbuild={manifest.build_id}\n").encode()
+        tmp_image = Path(tmp) / IMAGE_NAME
+        tmp_image.write_bytes(data + trailer.ljust(TRAILER, b"\0"))
+        tmp_image.replace(image)
+    return image
+
+
+def write_flash(disk: Path, image: Path | None) -> None:
+    """A fresh flash disk holding `image` (or nothing: the guest boots its base image alone), as
+    a factory programmer would write it before the first boot."""
+    with disk.open("wb") as f:
+        if image is not None:
+            f.write(image.read_bytes())
+        f.truncate(FLASH_BYTES)

@@ -1,0 +1,63 @@
+"""QlabStrategy: a labgrid Strategy with the states off and shell for a QEMU target reached over
+SSH (labgrid's ShellStrategy logs in on the console; the qlab's DUT is a router reached by SSH).
+
+    off    QEMU stopped (QEMUDriver.off: QMP `quit`)
+    shell  QEMU running and dropbear answering: SSHDriver active, the boot_id read through it
+
+Bindings: power = the QEMUDriver (PowerProtocol), ssh = the SSHDriver. A power cycle is
+`transition("off")` then `transition("shell")`. The env YAML loads this module with
+`imports: [labwarden.qlab.strategy]`, which registers the class with labgrid.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attr
+from labgrid.factory import target_factory
+from labgrid.step import step
+from labgrid.strategy.common import Strategy, StrategyError, never_retry
+
+
+class Status(enum.Enum):
+    unknown = 0
+    off = 1
+    shell = 2
+
+
+@target_factory.reg_driver
+@attr.s(eq=False)
+class QlabStrategy(Strategy):
+    """Moves the qlab between off and shell; `boot_id` is the guest's after the last boot."""
+
+    bindings = {"power": "PowerProtocol", "ssh": "SSHDriver"}  # noqa: RUF012 (labgrid's idiom)
+
+    status = attr.ib(default=Status.unknown)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.boot_id: str | None = None
+
+    @never_retry
+    @step(args=["status"])
+    def transition(self, status: Status | str, *, step: Any) -> None:
+        if not isinstance(status, Status):
+            status = Status[status]
+        if status == Status.unknown:
+            raise StrategyError(f"can not transition to {status}")
+        if status == self.status:
+            step.skip("nothing to do")
+            return
+        if status == Status.off:
+            self.target.deactivate(self.ssh)
+            self.target.activate(self.power)
+            self.power.off()
+            self.boot_id = None
+        elif status == Status.shell:
+            self.target.deactivate(self.ssh)
+            self.target.activate(self.power)
+            self.power.on()
+            self.target.activate(self.ssh)  # retries until dropbear answers (connection_timeout)
+            self.boot_id = self.ssh.run_check("cat /proc/sys/kernel/random/boot_id")[0].strip()
+        self.status = status

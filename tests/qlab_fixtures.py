@@ -1,0 +1,55 @@
+"""A real qlab for tests: the cached guest image (built here if it is missing: the set-up's job,
+but a clean machine must not skip), booted through labgrid by `labwarden.qlab.control.up`, and
+always brought down -- after which no QEMU of it may be left."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from labwarden.lab.dut.endpoint import SshEndpoint
+from labwarden.qlab import control, guestssh, image, procs
+from labwarden.qlab.paths import QlabLayout
+
+
+@dataclass(frozen=True)
+class Qlab:
+    layout: QlabLayout
+    info: control.QlabInfo
+    endpoint: SshEndpoint
+
+    @property
+    def root(self) -> Path:
+        return self.layout.root
+
+    def sh(self, script: str, timeout: float = 120) -> guestssh.GuestResult:
+        """A POSIX sh script in the guest (busybox ash)."""
+        return guestssh.run_sync(self.endpoint, ["sh", "-c", script], timeout=timeout)
+
+
+def guest_image() -> image.QlabImage:
+    """The cached image, built now if missing; skips only where it cannot be built (not root)."""
+    try:
+        return image.ensure()
+    except image.ImageError as exc:
+        if os.geteuid() != 0:
+            pytest.skip(f"no cached qlab image and none can be built here: {exc.problem}")
+        raise
+
+
+@contextmanager
+def running_qlab(root: Path) -> Iterator[Qlab]:
+    guest_image()
+    layout = QlabLayout.at(root)
+    try:
+        info = control.up(root)
+        yield Qlab(layout, info, control.endpoint(layout))
+    finally:
+        control.down(root)
+        left = procs.qemu_pids(layout)
+        assert not left, f"QEMU of {root} still running after down: {left}"

@@ -1,0 +1,133 @@
+"""The qlab: a Debian kernel under QEMU, run as a labgrid target, with real 802.11 radios and
+clients. One guest for the module (the `qlab` fixture boots it through labgrid: qlabd holds the
+QEMUDriver and moves the QlabStrategy to `shell`). Nothing is stood in for: mac80211_hwsim radios,
+hostapd, wpa_supplicant, the firmware's nl80211 HAL, sysupgrade and the reboot are all real.
+The last test brings the qlab down through the CLI."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from labwarden.cli.app import app
+from labwarden.lab.config import LabProfile
+from labwarden.lab.labgrid import LabgridConfig, resolve_target
+from labwarden.qlab import control, firmware, guestssh, procs, stations
+from tests.qlab_fixtures import Qlab
+
+pytestmark = pytest.mark.timeout(900)
+
+VAPS = [f"vap{k}" for k in range(6)]
+
+
+def _mac(i: int) -> str:
+    return "02:5a:" + ":".join(f"{b:02x}" for b in i.to_bytes(4, "big"))
+
+
+def _ap_macs(q: Qlab) -> dict[str, set[str]]:
+    """Each AP's stations, straight from the kernel (not through lw-sta)."""
+    res = q.sh("for k in 0 1 2 3 4 5; do echo \"== vap$k\"; iw dev wlan$k station dump | "
+               "awk '$1 == \"Station\" {print $2}'; done")
+    assert res.ok, res.stderr
+    found: dict[str, set[str]] = {}
+    for block in res.stdout.split("== ")[1:]:
+        name, *macs = block.split()
+        found[name] = set(macs)
+    return found
+
+
+def _datamodel(q: Qlab) -> dict[str, int]:
+    """The firmware's own count (stad's datamodel, fed by the nl80211 HAL from the kernel)."""
+    res = q.sh("stacli --socket /run/stad.sock count")
+    assert res.ok, res.stderr
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", res.stdout)}
+
+
+def test_boots_through_labgrid(qlab: Qlab) -> None:
+    st = control.status(qlab.root)
+    assert st.up and st.state == "shell" and len(st.qemu_pids) == 1
+    # the strategy read the boot_id through labgrid's SSHDriver; the guest agrees
+    assert qlab.sh("cat /proc/sys/kernel/random/boot_id").stdout.strip() == st.boot_id
+    argv = Path(f"/proc/{st.qemu_pids[0]}/cmdline").read_bytes().decode().split("\0")
+    port = qlab.endpoint.port
+    assert f"user,model=virtio-net-pci,hostfwd=tcp:127.0.0.1:{port}-:22" in argv
+    assert argv[argv.index("-accel") + 1].split(",")[0] == qlab.info.accel.name
+    assert any(a.endswith("root.ext4,readonly=on") for a in argv), "the shared base image is read-only"
+    # the lab profile names the labgrid env, and its pinned key is the guest's dropbear key
+    prof = LabProfile.from_file(qlab.layout.lab_toml)
+    assert prof.dut.backend == "labgrid" and prof.dut.labgrid is not None
+    ep = resolve_target(LabgridConfig(env=prof.dut.labgrid.env, host_key=prof.dut.labgrid.host_key))
+    assert (ep.host, ep.port) == ("127.0.0.1", port)
+    key = qlab.sh("dropbearkey -y -f /etc/dropbear/dropbear_ed25519_host_key | grep ^ssh-ed25519")
+    assert key.stdout.split()[:2] == prof.dut.labgrid.host_key.split()[:2]
+    # the DUT: the Debian kernel, tracefs mounted, no Python, PATH from init, the clients netns
+    facts = qlab.sh("uname -r; ls /sys/kernel/tracing/uprobe_events; cat /run/lw/path; "
+                    "command -v python3 || echo no-python; ip netns exec clients true && echo netns-ok; "
+                    "perf --version")
+    assert facts.ok, facts.stderr
+    lines = facts.stdout.split()
+    assert lines[0] == qlab.info.kernel and "/sys/kernel/tracing/uprobe_events" in lines
+    assert "no-python" in lines and "netns-ok" in lines and "/usr/sbin" in facts.stdout
+    assert "perf version 6.1" in facts.stdout
+
+
+def test_associates_18_and_60_real_stations_verified_on_both_sides(qlab: Qlab) -> None:
+    for n, per in ((18, 3), (60, 10)):
+        held = stations.associate(qlab.endpoint, n)
+        assert held.total == n and held.per_vap == dict.fromkeys(VAPS, per)
+        # checked again without lw-sta: the APs list exactly stations 1..n, round-robin
+        aps = _ap_macs(qlab)
+        for k, vap in enumerate(VAPS):
+            assert aps[vap] == {_mac(i) for i in range(1, n + 1) if (i - 1) % 6 == k}
+        # the firmware's datamodel holds the kernel's stations (the nl80211 HAL's events)
+        assert _datamodel(qlab) == {"total": n, **dict.fromkeys(VAPS, per)}
+    # a station disconnected behind lw-sta's back fails the check on both sides, by name...
+    assert qlab.sh("ip netns exec clients wpa_cli -p /run/lw-sta/ctrl -i sta5 disconnect").ok
+    with pytest.raises(stations.StationsError) as caught:
+        stations.verify(qlab.endpoint)
+    assert any("sta5" in line for line in caught.value.lines)
+    # ...and associating again brings it back
+    assert stations.associate(qlab.endpoint, 60).total == 60
+    assert _mac(5) in _ap_macs(qlab)["vap4"]
+    assert stations.release(qlab.endpoint) == 60
+    assert _ap_macs(qlab) == {vap: set() for vap in VAPS}
+    assert _datamodel(qlab)["total"] == 0
+
+
+def test_sysupgrade_checks_the_image_then_reboots_into_it(qlab: Qlab, tmp_path: Path) -> None:
+    manifest, image = firmware.build(qlab.layout, ["0901"])
+    before = control.boot_id(qlab.endpoint)
+    # a corrupted image is refused before anything is written
+    bad = tmp_path / "bad.img"
+    data = bytearray(image.read_bytes())
+    data[4096] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    guestssh.put_sync(qlab.endpoint, bad, "/tmp/bad.img")
+    res = qlab.sh("sysupgrade /tmp/bad.img")
+    assert res.exit_status == 3 and "corrupt image" in res.stderr
+    assert control.boot_id(qlab.endpoint) == before
+    # the good one is written to the flash disk and the next boot runs it
+    flashed = control.flash(qlab.root, ["0901"])
+    assert flashed.boot_id_before == before and flashed.boot_id_after != before
+    after = qlab.sh("stad --version; cat /usr/lib/lwfw/manifest; wifi status")
+    assert after.ok, after.stderr
+    assert f"stad {manifest.git_hash}" in after.stdout
+    assert f"build_id={manifest.build_id}" in after.stdout
+    # and the reboot drifted the tuning, as the vlab's does: scaling VAPs off
+    assert re.findall(r"^(vap\d) .* (DISABLED)", after.stdout, re.M) == [
+        ("vap3", "DISABLED"), ("vap4", "DISABLED"), ("vap5", "DISABLED")]
+
+
+def test_down_leaves_no_qemu(qlab: Qlab) -> None:
+    runner = CliRunner()
+    pids = procs.qemu_pids(qlab.layout)
+    assert pids and procs.daemon_pid(qlab.layout) is not None
+    res = runner.invoke(app, ["qlab", "down", "--dir", str(qlab.root)])
+    assert res.exit_code == 0, res.output
+    assert procs.qemu_pids(qlab.layout) == [] and procs.daemon_pid(qlab.layout) is None
+    assert not any(procs.alive(p) for p in pids)
+    res = runner.invoke(app, ["qlab", "status", "--dir", str(qlab.root)])
+    assert res.exit_code == 1 and "down" in res.output
