@@ -21,8 +21,8 @@ MAX_LINES = 400
 class SourceReadInput(ToolInput):
     path: str = Field(min_length=1, max_length=200, description="file path relative to the "
                       "repository root", examples=["hal.c"])
-    start: int = Field(1, ge=1, description="first line, 1-based")
-    end: int | None = Field(None, ge=1, description=f"last line, inclusive (default: start + "
+    start: int = Field(1, ge=1, le=10_000_000, description="first line, 1-based")
+    end: int | None = Field(None, ge=1, le=10_000_000, description=f"last line, inclusive (default: start + "
                             f"{MAX_LINES - 1})")
     ref: str = Field("HEAD", max_length=100, description="git ref of the firmware repo")
 

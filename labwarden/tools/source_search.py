@@ -27,7 +27,7 @@ class SourceSearchInput(ToolInput):
     path_glob: str | None = Field(None, max_length=100, description="only files matching this "
                                   "glob (relative path or file name)", examples=["*.c"])
     context: int = Field(2, ge=0, le=5, description="lines of context above and below each hit")
-    offset: int = Field(0, ge=0, description="hits to skip (from a previous next_offset)")
+    offset: int = Field(0, ge=0, le=1_000_000, description="hits to skip (from a previous next_offset)")
     limit: int = Field(20, ge=1, le=50, description="hits per page")
 
 
