@@ -113,7 +113,7 @@ def register(server: MCPServer[Any]) -> None:
                      "them (id, name, files, base, author session, build); labwarden://patches/ID "
                      "is one, with its diff.")
     async def patches(pid: str, ctx: Context) -> str:
-        store = PatchStore(_lab(ctx).data_dir / "patches")
+        store = PatchStore((await _lab(ctx)).data_dir / "patches")
         if pid == "index":
             return json.dumps([m.model_dump(mode="json") for m in store.all()])
         meta = store.meta(pid)

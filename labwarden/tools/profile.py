@@ -182,7 +182,8 @@ async def _probe_targets(ctx: LabContext, probes: dict[str, str], pid: int) -> d
                 binary = exe
         if not binary or not func:
             raise ToolError("invalid_input", f"uprobe {counter} = {spec!r}: no binary or function",
-                            "name `function` or `/dut/path/of/binary:function` in [target] uprobes")
+                            "name a function (`NAME = \"FUNCTION\"`) or "
+                            "`NAME = \"/dut/path/of/binary:FUNCTION\"` in [target] uprobes")
         out[counter] = (binary, func)
     return out
 
