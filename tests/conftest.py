@@ -16,7 +16,8 @@ from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 from tests.qlab_fixtures import Qlab, running_qlab
 
-from .ci_skips import missing, pytest_runtest_makereport  # noqa: F401  (the hook: in CI a skip fails)
+# the hooks: in CI a skip fails, naming what is missing and the set-up step that provides it
+from .ci_skips import missing, pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 

@@ -1,7 +1,9 @@
 """Skips that hide the real path (issue 15, class 8): with `CI=true` every way a test can skip --
 `missing()` (what conftest's needs_uprobes and the perf/Chromium checks call), a bare
-`pytest.skip`, `skipif`, `importorskip` -- fails instead; without CI they stay skips. Runs a
-real pytest in a subprocess on a throwaway test module that uses the suite's own conftest."""
+`pytest.skip`, `skipif`, `importorskip`, a module skipped at collection -- fails instead, and the
+failure names the missing facility and the set-up step that provides it; without CI they stay
+skips. Runs a real pytest in a subprocess on throwaway test modules that use the suite's own
+conftest."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,16 +42,34 @@ def test_importorskip():
 def test_runs():
     assert True
 '''
+MODULE_SKIP = '''
+import pytest
+
+pytest.importorskip("labwarden_no_such_module")
 
 
-@pytest.fixture
-def probe() -> Path:
-    path = TESTS / f"test_zz_ci_probe_{os.getpid()}.py"
-    path.write_text(PROBE)
+def test_never_collected():
+    pass
+'''
+
+
+def _module(text: str, name: str) -> Iterator[Path]:
+    path = TESTS / f"test_zz_ci_{name}_{os.getpid()}.py"
+    path.write_text(text)
     try:
         yield path
     finally:
         path.unlink()
+
+
+@pytest.fixture
+def probe() -> Iterator[Path]:
+    yield from _module(PROBE, "probe")
+
+
+@pytest.fixture
+def module_skip() -> Iterator[Path]:
+    yield from _module(MODULE_SKIP, "module")
 
 
 def _run(probe: Path, ci: str | None) -> tuple[int, str]:
@@ -68,7 +89,22 @@ def test_in_ci_every_skip_fails(probe: Path, ci: str) -> None:
     last = out.strip().splitlines()[-1]
     failed = sum(int(n) for n in re.findall(r"(\d+) (?:failed|errors?)", last))
     assert failed == 4 and "1 passed" in last and "skipped" not in last, last  # skipif: a setup error
-    assert "CI must run this path" in out and "a skipped test fails in CI" in out
+    # each failure names what is missing and the set-up step that provides it
+    for facility, step in (("Missing: uprobes (tracefs mounted", "mounts tracefs"),
+                           ("Missing: dropbear", "apt-get install dropbear-bin"),
+                           ("Missing: headless Chromium", "apt-get install chromium"),
+                           ("Missing: the Python package 'labwarden_no_such_package'",
+                            "pip install -e '.[dev]'")):
+        assert facility in out and step in out, (facility, out)
+    assert out.count("CI=true: a skipped test fails in CI") >= 4, out  # also in the -rA summary
+
+
+def test_in_ci_a_module_skipped_at_collection_fails(module_skip: Path) -> None:
+    code, out = _run(module_skip, "true")
+    assert code != 0 and "skipped" not in out.strip().splitlines()[-1], out
+    assert "Missing: the Python package 'labwarden_no_such_module'" in out, out
+    code, out = _run(module_skip, None)
+    assert code in (0, 5) and re.search(r"1 skipped", out), out  # 5: nothing ran, no failure
 
 
 def test_outside_ci_they_stay_skips(probe: Path) -> None:

@@ -17,12 +17,14 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from labwarden.core.digest import bounded_name
 from labwarden.core.paths import PathRefused, contained, within
 from labwarden.lab.config import LabProfile
 from labwarden.lab.host import builder
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import LabSession, open_lab
 from labwarden.server.app import build_server
+from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab.layout import VlabLayout
 
 from .test_guard_corpus import dut_snapshot
@@ -151,6 +153,7 @@ async def test_record_ids_and_report_names_are_contained(lab: VlabLayout, sessio
     reports = lab.data_dir / "reports"
     reports.mkdir(parents=True, exist_ok=True)
     (reports / "planted.html").symlink_to(target)
+    n0 = len(_calls(session))
     try:
         for args in ({"baseline": "swp-0123456789ab", "candidate": "swp-0123456789ab"},
                      {"baseline": "swp-" + "0" * 300, "candidate": "swp-0123456789ab"}):
@@ -162,6 +165,7 @@ async def test_record_ids_and_report_names_are_contained(lab: VlabLayout, sessio
         rec = await call_tool(session, "report", {"name": "planted"})
         assert rec.error is not None and rec.error.code == "unsafe_path", rec.error
         assert target.read_text() == "untouched"
+        assert len(_calls(session)) - n0 == 4  # every attempt is in the transcript
     finally:
         (rec_dir / "swp-0123456789ab.json").unlink()
         (reports / "planted.html").unlink()
@@ -201,6 +205,8 @@ async def test_resources_never_leave_the_data_dir(lab: VlabLayout, tmp_path: Pat
         "labwarden://reports/" + LONG + ".html",
         "labwarden://reports/..%2Flab.toml",
     ]
+    with TranscriptStore(lab.data_dir / "transcripts.db") as store:
+        before = {x.id for x in store.sessions()}
     try:
         async with Client(build_server(LabProfile.from_file(lab.lab_toml))) as client:
             listing = json.loads((await client.read_resource(
@@ -210,6 +216,11 @@ async def test_resources_never_leave_the_data_dir(lab: VlabLayout, tmp_path: Pat
                 with pytest.raises(MCPError) as info:
                     await client.read_resource(uri)
                 assert "SECRET" not in str(info.value) and "Errno" not in str(info.value), uri
+        with TranscriptStore(lab.data_dir / "transcripts.db") as store:  # every attempt logged
+            reads = [e.event for x in store.sessions() if x.id not in before
+                     for e in store.events(x.id) if e.event.kind == "resource_read"]
+        assert sorted(r.uri for r in reads if not r.ok) == sorted(bounded_name(u) for u in uris)
+        assert len(reads) == len(uris) + 1 and sum(r.ok for r in reads) == 1, reads
     finally:
         for p in (art / "x.txt", data / "artifacts" / "prof-00000000dead", sym / "flame.svg",
                   data / "symbolized" / "00000000000000bb", prof / "prof-00000000beef.json"):

@@ -18,6 +18,7 @@ import time
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.conditions import clk_tck as clk_tck_of
@@ -181,7 +182,7 @@ async def _release(dev: Device, jobs: DutJobs, inst: ProcInstance, pause: asynci
     pause.cancel()  # no-op when it ended; else its session is closed
     await asyncio.wait([pause])
     if not pause.cancelled() and pause.exception() is not None:  # retrieved: no asyncio warning
-        notes.append(f"the helper's session ended with: {pause.exception()}")
+        notes.append(f"the helper's session ended with: {quote(pause.exception())}")
     ok = await _wait_state(dev, inst, stopped=False, timeout=3.0)
     if not ok:
         ok = await _last_resort(dev, inst, notes)
