@@ -25,10 +25,13 @@ from labwarden.lab.dut.protocol import DutAccess
 
 Shield = Callable[[Awaitable[object]], Awaitable[object]]
 
-JOB_SH = ('d=$1; n=$2; shift 2; echo $$ > "$d/$n.pid" 2>/dev/null || exit 125; '
+JOB_SH = ('d=$1; n=$2; shift 2; read -r s < /proc/$$/stat; s=${s##*)}; i=0; '
+          'for w in $s; do i=$((i + 1)); [ $i = 20 ] && break; done; '
+          'echo "$$ $w" > "$d/$n.pid" 2>/dev/null || exit 125; '
           '[ -e "$d/stop" ] && exit 125; exec "$@"')
-"""$1 = group dir, $2 = job name, then the argv. Exit 125: the group was stopped or removed
-before the job started (it never ran)."""
+"""$1 = group dir, $2 = job name, then the argv. The pid file holds the pid and its start time
+(stat field 22), so a stop never signals a process that merely reuses the pid. Exit 125: the
+group was stopped or removed before the job started (it never ran)."""
 
 STOP_SH = r"""
 d=$1; only=$2; grace=$3
@@ -38,7 +41,10 @@ want=" "
 for f in "$d"/*.pid; do
   [ -r "$f" ] || continue
   case $only in ''|"${f##*/}") ;; *) continue ;; esac
-  read -r p < "$f" && want="$want$p "
+  read -r p t < "$f" || continue
+  read -r l < "/proc/$p/stat" 2>/dev/null || continue
+  r="${l##*)}"; set -- $r; shift 19
+  [ "$1" = "$t" ] && want="$want$p "
 done
 [ "$want" != " " ] || exit 0
 all=""
