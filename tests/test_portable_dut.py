@@ -39,7 +39,7 @@ def dropbear(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stockssh.Stoc
 def busybox_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A PATH holding busybox's applets and nothing else (as on a router without extras)."""
     if not os.path.exists(stockssh.BUSYBOX):
-        pytest.skip("busybox is not installed (apt-get install busybox)")
+        stockdut.cannot_run("busybox is not installed (apt-get install busybox)")
     bindir = tmp_path_factory.mktemp("bb")
     applets = subprocess.run([stockssh.BUSYBOX, "--list"], capture_output=True, text=True,
                              check=True).stdout.split()
@@ -98,6 +98,33 @@ async def test_dut_scripts_run_under_busybox_ash(dropbear: stockssh.StockSsh,
         sleeper.wait()
 
 
+async def test_a_failure_stops_the_jobs_and_spares_a_reused_pid(dropbear: stockssh.StockSsh,
+                                                                  busybox_path: str) -> None:
+    """A failed measurement (an error, not a cancel) stops its jobs too; a pid file whose pid
+    now names another process (its start time differs) never gets that process signalled."""
+    bystander = subprocess.Popen(["sleep", "30"])
+    try:
+        async with Device(dropbear.endpoint(), env={"PATH": busybox_path}) as dev:
+            with pytest.raises(RuntimeError):
+                async with DutJobs(dev, str(dropbear.root)) as jobs:
+                    job = asyncio.ensure_future(jobs.exec("nap", ["sleep", "30"], timeout=60))
+                    pidfile = Path(jobs.dir) / "nap.pid"
+                    for _ in range(100):
+                        if pidfile.exists() and " " in pidfile.read_text():
+                            break
+                        await asyncio.sleep(0.02)
+                    (Path(jobs.dir) / "gone.pid").write_text(f"{bystander.pid} 1\n")
+                    raise RuntimeError("the measurement failed")
+            res = await asyncio.wait_for(job, 5)
+            assert res.exit_status == 128 + 15, res
+            assert str(bystander.pid) not in " ".join(jobs.stopped), jobs.stopped
+            assert bystander.poll() is None
+            assert not Path(jobs.dir).exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
 def _machine(path: Path) -> str:
     with path.open("rb") as f:
         return str(ELFFile(f)["e_machine"])
@@ -106,7 +133,7 @@ def _machine(path: Path) -> str:
 def test_helper_built_with_the_profiles_cross_compiler(tmp_path: Path) -> None:
     cc, strip = "aarch64-linux-gnu-gcc", "aarch64-linux-gnu-strip"
     if shutil.which(cc) is None or shutil.which(strip) is None:
-        pytest.skip(f"{cc} is not installed (apt-get install gcc-aarch64-linux-gnu)")
+        stockdut.cannot_run(f"{cc} is not installed (apt-get install gcc-aarch64-linux-gnu)")
     binary = helpers.build("lw-pause", tmp_path, compiler=cc, strip=strip)
     assert _machine(binary) == "EM_AARCH64"
     with binary.open("rb") as f:
@@ -115,7 +142,7 @@ def test_helper_built_with_the_profiles_cross_compiler(tmp_path: Path) -> None:
     assert native != binary and _machine(native) == "EM_X86_64"
     qemu = shutil.which("qemu-aarch64")
     if qemu is None:
-        pytest.skip("qemu-aarch64 is not installed (apt-get install qemu-user): built, not run")
+        stockdut.cannot_run("qemu-aarch64 is not installed (apt-get install qemu-user): built, not run")
     res = subprocess.run([qemu, "-L", "/usr/aarch64-linux-gnu", str(binary)], capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 2 and "usage: lw-pause" in res.stderr, res

@@ -130,12 +130,16 @@ _DUT_PROCS = r"""
 for d in /proc/[0-9]*; do
   read -r st < "$d/stat" 2>/dev/null || continue
   r="${st##*)}"; set -- $r
-  c=$(tr '\0\n' '  ' < "$d/cmdline" 2>/dev/null) || continue
+  [ "$1" != Z ] || continue
+  c=${st#*(}; c=${c%)*}
+  case $c in perf|sh|sleep|lw-*) c=$(tr '\0\n' '  ' < "$d/cmdline" 2>/dev/null) || continue ;; esac
   echo "${d#/proc/} $2 $c"
 done
 exit 0
 """
-"""Every process on the DUT: pid, ppid, command line."""
+"""Every live process on the DUT: pid, ppid, and the command line of those that may be ours
+(perf, sh, sleep, lw-*; the others' names only: a fork per process made one listing take over
+a second on a loaded host, which the 2 s budget below then counted against the clean-up)."""
 
 
 async def _leftovers(dev: Device, vlab: VlabLayout) -> tuple[list[str], list[str]]:
@@ -188,6 +192,7 @@ async def test_cancel_mid_window_stops_everything_within_2s(server: stockssh.Sto
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        cleaned = asyncio.get_running_loop().time() - t0
         while True:
             running, events = await _leftovers(dev, vlab)
             elapsed = asyncio.get_running_loop().time() - t0
@@ -196,7 +201,8 @@ async def test_cancel_mid_window_stops_everything_within_2s(server: stockssh.Sto
             assert elapsed < 2.0, f"still on the DUT {elapsed:.2f} s after the cancel: " \
                                   f"{running} {events}"
             await asyncio.sleep(0.05)
-        assert elapsed < 2.0
+        print(f"clean-up done {cleaned:.2f} s, nothing left seen {elapsed:.2f} s after the cancel")
+        assert elapsed < 2.0, f"clean-up done {cleaned:.2f} s after the cancel"
         # and the DUT is usable at once: no leftover in tmp either
         left = (await dev.run(["sh", "-c", f"ls {vlab.tmp_dir} | grep -e lw-jobs -e lw-prof; "
                                             "exit 0"])).stdout

@@ -25,10 +25,13 @@ from labwarden.lab.dut.protocol import DutAccess
 
 Shield = Callable[[Awaitable[object]], Awaitable[object]]
 
-JOB_SH = ('d=$1; n=$2; shift 2; echo $$ > "$d/$n.pid" 2>/dev/null || exit 125; '
+JOB_SH = ('d=$1; n=$2; shift 2; read -r s < /proc/$$/stat; s=${s##*)}; i=0; '
+          'for w in $s; do i=$((i + 1)); [ $i = 20 ] && break; done; '
+          'echo "$$ $w" > "$d/$n.pid" 2>/dev/null || exit 125; '
           '[ -e "$d/stop" ] && exit 125; exec "$@"')
-"""$1 = group dir, $2 = job name, then the argv. Exit 125: the group was stopped or removed
-before the job started (it never ran)."""
+"""$1 = group dir, $2 = job name, then the argv. The pid file holds the pid and its start time
+(stat field 22), so a stop never signals a process that merely reuses the pid. Exit 125: the
+group was stopped or removed before the job started (it never ran)."""
 
 STOP_SH = r"""
 d=$1; only=$2; grace=$3
@@ -38,7 +41,10 @@ want=" "
 for f in "$d"/*.pid; do
   [ -r "$f" ] || continue
   case $only in ''|"${f##*/}") ;; *) continue ;; esac
-  read -r p < "$f" && want="$want$p "
+  read -r p t < "$f" || continue
+  read -r l < "/proc/$p/stat" 2>/dev/null || continue
+  r="${l##*)}"; set -- $r; shift 19
+  [ "$1" = "$t" ] && want="$want$p "
 done
 [ "$want" != " " ] || exit 0
 all=""
@@ -58,18 +64,28 @@ while [ $grown = 1 ]; do
   done
 done
 kill -TERM $want 2>/dev/null
-i=0
+read -r up _ < /proc/uptime; end=$((${up%.*}${up#*.} + grace))
 while :; do
   left=""
-  for p in $want; do [ -d "/proc/$p" ] && left="$left $p"; done
+  for p in $want; do
+    read -r l < "/proc/$p/stat" 2>/dev/null || continue
+    r="${l##*)}"; set -- $r
+    [ "$1" = Z ] || left="$left $p"
+  done
   [ -n "$left" ] || break
-  if [ $i -ge $grace ]; then kill -KILL $left 2>/dev/null; echo "killed$left"; break; fi
-  sleep 0.05; i=$((i + 1))
+  read -r up _ < /proc/uptime
+  if [ "${up%.*}${up#*.}" -ge $end ]; then kill -KILL $left 2>/dev/null; echo "killed$left"; break; fi
+  sleep 0.05
 done
 echo "stopped$want"
 """
 """$1 = group dir, $2 = one job's pid file name ('' for all: the group is then marked stopped),
-$3 = grace in 50 ms steps. Prints the pids it signalled, and those that needed KILL."""
+$3 = grace in centiseconds. Prints the pids it signalled, and those that needed KILL.
+
+A zombie counts as gone: it has exited and holds nothing (no perf event, no file); it stays in
+/proc only until its parent -- perf, busy finishing after its own TERM -- reaps it, and waiting
+for that cost most of the grace and then a needless KILL. The grace is wall-clock time from
+/proc/uptime (centiseconds, no fork): counting `sleep 0.05` rounds stretched it on a loaded DUT."""
 
 STOP_GRACE_S = 0.75
 """TERM first (perf writes its file and closes its events; lw-pause detaches), KILL after this."""
@@ -118,7 +134,7 @@ class DutJobs:
         a job not yet started never runs). Returns the stop script's report lines."""
         if name is not None and not _NAME.fullmatch(name):
             raise ValueError(f"job name must be letters, digits, - or _ (got {name!r})")
-        grace = str(max(1, round(STOP_GRACE_S / 0.05)))
+        grace = str(max(1, round(STOP_GRACE_S * 100)))
         res = await self.dev.run(["sh", "-c", STOP_SH, "lw-stop", self.dir,
                                   f"{name}.pid" if name else "", grace], timeout=15)
         self.stopped = res.stdout.split("\n")[:-1] if res.stdout else []

@@ -7,7 +7,7 @@ import asyncio
 import time
 
 from labwarden.lab.config import LabProfile
-from labwarden.lab.drivers.flash import FlashFailed, boot_id
+from labwarden.lab.drivers.flash.base import FlashFailed, boot_id
 from labwarden.lab.dut import procs
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.errors import DeviceError

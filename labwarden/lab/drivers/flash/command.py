@@ -11,7 +11,8 @@ from typing import ClassVar
 
 from labwarden.lab.config import CommandFlash as CommandFlashSection
 from labwarden.lab.config import LabProfile
-from labwarden.lab.drivers.flash import FlashFailed, Report, back
+from labwarden.lab.drivers.flash import back
+from labwarden.lab.drivers.flash.base import FlashFailed, Report
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.procs import ProcInstance
 

@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 from labwarden.lab import labgrid
 from labwarden.lab.config import LabgridFlash as LabgridFlashSection
 from labwarden.lab.config import LabProfile
-from labwarden.lab.drivers.flash import FlashFailed, Report, back
+from labwarden.lab.drivers.flash import back
+from labwarden.lab.drivers.flash.base import FlashFailed, Report
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.procs import ProcInstance
 

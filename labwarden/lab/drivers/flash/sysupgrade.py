@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from labwarden.lab.config import LabProfile, SysupgradeFlash
-from labwarden.lab.drivers.flash import FlashFailed, Report, back, boot_id
+from labwarden.lab.drivers.flash import back
+from labwarden.lab.drivers.flash.base import FlashFailed, Report, boot_id
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.errors import DeviceError
 from labwarden.lab.dut.procs import ProcInstance

@@ -1,4 +1,6 @@
-"""Load drivers: who holds the DUT's clients. `for_profile(profile)` picks one by `[load] kind`.
+"""Load drivers: who holds the DUT's clients. `for_profile(profile)` picks one by `[load] kind`
+from DRIVERS, the registry of kinds (a new kind -- wpa_supplicant stations, iperf3 traffic -- is
+a module here, a model in config.LoadSection's union and an entry below).
 
 A driver holds a number of clients (replacing what it held before; 0 = none) on the load host;
 whether the DUT sees them is for the DUT's own count (`[readers] clients`) to say.
@@ -6,42 +8,20 @@ whether the DUT sees them is for the DUT's own count (`[readers] clients`) to sa
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
-
-from labwarden.core.errors import LabError
 from labwarden.lab.config import LabProfile
+from labwarden.lab.drivers.load.base import LoadDriver, LoadError
+from labwarden.lab.drivers.load.command import CommandLoad
+from labwarden.lab.drivers.load.none import NoClients
+from labwarden.lab.drivers.load.stasim import Stasim
 
-
-class LoadError(LabError):
-    """The load cannot hold the clients asked for."""
-
-    kind = "device"
-
-
-class LoadDriver(Protocol):
-    """Holds clients on the DUT (labgrid's Protocol habit: the role, not a vendor)."""
-
-    kind: ClassVar[str]
-    radios: int
-    """Radios (or ports) the clients are split over: the even-split check uses it."""
-
-    async def hold(self, clients: int) -> None:
-        """Replace whatever load runs by `clients` clients (0 = none); raise LoadError if not."""
-        ...
-
-    def where(self) -> str:
-        """Where to look when holding failed (a log, a script), for error remedies."""
-        ...
+DRIVERS: dict[str, type[LoadDriver]] = {d.kind: d for d in (Stasim, NoClients, CommandLoad)}
+"""`[load] kind` -> driver (tests/test_drivers.py checks the profile schema agrees)."""
+KINDS = tuple(DRIVERS)
 
 
 def for_profile(profile: LabProfile) -> LoadDriver:
     """The driver `[load] kind` names, bound to the profile's section."""
-    from labwarden.lab.drivers.load import command, none, stasim
-
-    drivers: dict[str, type] = {"stasim": stasim.Stasim, "none": none.NoClients,
-                                "command": command.CommandLoad}
-    return drivers[profile.load.kind](profile.load)  # type: ignore[no-any-return]
+    return DRIVERS[profile.load.kind](profile.load)  # type: ignore[call-arg]
 
 
-KINDS = ("stasim", "none", "command")
-"""Every kind a driver exists for (tests/test_drivers.py checks the profile schema agrees)."""
+__all__ = ["DRIVERS", "KINDS", "LoadDriver", "LoadError", "for_profile"]

@@ -8,7 +8,7 @@ import contextlib
 from typing import ClassVar
 
 from labwarden.lab.config import CommandLoad as CommandLoadSection
-from labwarden.lab.drivers.load import LoadError
+from labwarden.lab.drivers.load.base import LoadError
 
 
 class CommandLoad:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from labwarden.lab.config import NoLoad
-from labwarden.lab.drivers.load import LoadError
+from labwarden.lab.drivers.load.base import LoadError
 
 
 class NoClients:

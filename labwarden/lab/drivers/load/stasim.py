@@ -6,7 +6,7 @@ import asyncio
 from typing import ClassVar
 
 from labwarden.lab.config import StasimLoad
-from labwarden.lab.drivers.load import LoadError
+from labwarden.lab.drivers.load.base import LoadError
 from labwarden.lab.host import stasim
 
 
