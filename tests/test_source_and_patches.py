@@ -178,3 +178,10 @@ async def test_a_submitted_patch_is_stored_built_and_listed(vlab: VlabLayout) ->
         listed = {r.uri for r in (await client.list_resources()).resources}
     assert [m["id"] for m in index] == [pid] and one["diff"] == diff
     assert "labwarden://patches/index" in listed
+
+
+async def test_an_experiment_on_an_unknown_patch_is_refused_before_anything_runs(vlab: VlabLayout) -> None:
+    out = await call(vlab, "experiment", {"patch": "no-such-patch"})
+    assert out.error and out.error.kind == "invalid_input" and "no-such-patch" in out.error.message
+    assert "patch_submit" in (out.error.remedy or "")
+    assert not list((vlab.data_dir / "records").glob("exp/*.json"))  # no experiment recorded
