@@ -35,7 +35,8 @@ test: setup
 demo: setup
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/labwarden demo
 
-BENCHES := vlab_curve device_rtt tool_overhead symbolize measurement loop_overhead token_economy
+BENCHES := vlab_curve device_rtt tool_overhead symbolize measurement loop_overhead token_economy \
+	decision loop_throughput
 
 bench: setup
 	@for b in $(BENCHES); do echo "== bench/$$b.py"; \
