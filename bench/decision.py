@@ -104,50 +104,51 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="lw-decision-")) / "vlab"
+    console = Console(width=130)
     try:
         control.up(root)
         t0 = time.monotonic()
         pool, profile = asyncio.run(record(root / "lab.toml", args.windows))
-        rec_s = time.monotonic() - t0
-        lives, flashes, live_s = (asyncio.run(live(root / "lab.toml", args.live)) if args.live
-                                  else ([], [], 0.0))
+        # the resampled part is printed before the live one starts: a long live part that is cut
+        # short must not take the recording's figures with it
+        resampled(console, pool, profile, args.draws, args.seed, time.monotonic() - t0)
+        if args.live:
+            lives, flashes, live_s = asyncio.run(live(root / "lab.toml", args.live))
+            report_live(console, lives, flashes, live_s)
     finally:
         control.down(root)
+
+
+def resampled(console: Console, pool: list[float], profile: LabProfile, draws: int, seed: int,
+              rec_s: float) -> None:
     dec = profile.decision
     rule = DecisionRule.model_validate(dec.model_dump(include=set(DecisionRule.model_fields)))
     assert 2 * rule.max_windows <= len(pool), "record more windows than two arms at the cap"
-    rng = random.Random(args.seed)
-    console = Console(width=130)
+    rng = random.Random(seed)
     mean, sd = statistics.fmean(pool), statistics.stdev(pool)
     console.print(f"recording: {len(pool)} windows of {dec.window_s:g} s at {dec.densities[-1]} clients "
                   f"in {rec_s:.0f} s: mean {mean:.2f}%, stdev {sd:.2f} pp ({100 * sd / mean:.1f}%), "
                   f"min {min(pool):.2f}, max {max(pool):.2f}")
+    console.print(f"windows: {' '.join(f'{v:.1f}' for v in pool)}")
     console.print(f"rule: alpha {rule.alpha:g} over looks at {rule.looks()} windows per arm "
                   f"({rule.alpha_per_look():.4g} each), band +-{rule.min_effect_pct:g}%")
-    t = Table(title=f"decision rule, {args.draws} resampled comparisons per case (+ live A/A)")
+    t = Table(title=f"decision rule, {draws} resampled comparisons per case")
     for col in ("case", "improved", "same", "unknown", "regressed", "windows/arm median", "p90", "mean"):
         t.add_column(col, justify="right")
     results = {}
     for label, effect in (("A/A (resampled)", 0.0), ("B 5% lower", 0.05), ("B 10% lower", 0.10)):
-        js = [adaptive(pool, rule, rng, effect) for _ in range(args.draws)]
+        js = [adaptive(pool, rule, rng, effect) for _ in range(draws)]
         results[label] = js
         c, n = _rates(js), len(js)
         ws = sorted(j.n_b for j in js)
         t.add_row(label,
                   *(f"{100 * c[v] / n:.2f}%" for v in ("improved", "same", "unknown", "regressed")),
                   str(statistics.median(ws)), str(ws[int(0.9 * (n - 1))]), f"{statistics.fmean(ws):.1f}")
-    if lives:
-        c, n = _rates(lives), len(lives)
-        ws = sorted(j.n_b for j in lives)
-        t.add_row(f"A/A live ({n}, flashed)",
-                  *(f"{c[v]}/{n}" for v in ("improved", "same", "unknown", "regressed")),
-                  str(statistics.median(ws)), str(ws[int(0.9 * (n - 1))]), f"{statistics.fmean(ws):.1f}")
     console.print(t)
     aa = results["A/A (resampled)"]
     false_improved = sum(j.verdict == "improved" for j in aa) / len(aa)
     console.print(f"false 'improved' on A/A: {100 * false_improved:.2f}% of {len(aa)} (target <= 1%; "
-                  f"bound alpha/2 = {100 * rule.alpha / 2:g}%)"
-                  + (f"; live: {_rates(lives)['improved']}/{len(lives)}" if lives else ""))
+                  f"bound alpha/2 = {100 * rule.alpha / 2:g}%)")
     for label in ("B 5% lower", "B 10% lower"):
         js = [j for j in results[label] if j.verdict == "improved"]
         ws = sorted(j.n_b for j in js)
@@ -155,9 +156,21 @@ def main() -> None:
             console.print(f"{label}: decided 'improved' in {100 * len(js) / len(results[label]):.1f}% "
                           f"of draws, after a median of {statistics.median(ws)} windows per arm "
                           f"({statistics.median(ws) * dec.window_s:g} s of window per arm)")
-    if lives:
-        console.print(f"live A/A: {len(lives)} comparisons in {live_s:.0f} s, "
-                      f"{statistics.fmean(flashes):.1f} flashes each (interleaved)")
+        else:
+            console.print(f"{label}: never decided 'improved' within {rule.max_windows} windows per arm")
+
+
+def report_live(console: Console, lives: list[Judgement], flashes: list[int], live_s: float) -> None:
+    c, n = _rates(lives), len(lives)
+    ws = sorted(j.n_b for j in lives)
+    t = Table(title=f"live A/A comparisons ({n}, two images of the same code, flashed alternately)")
+    for col in ("improved", "same", "unknown", "regressed", "windows/arm median", "p90", "mean"):
+        t.add_column(col, justify="right")
+    t.add_row(*(f"{c[v]}/{n}" for v in ("improved", "same", "unknown", "regressed")),
+              str(statistics.median(ws)), str(ws[int(0.9 * (n - 1))]), f"{statistics.fmean(ws):.1f}")
+    console.print(t)
+    console.print(f"live A/A: {n} comparisons in {live_s:.0f} s, {statistics.fmean(flashes):.1f} flashes "
+                  f"each (interleaved); false 'improved': {c['improved']}/{n}")
 
 
 if __name__ == "__main__":
