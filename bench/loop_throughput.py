@@ -104,7 +104,9 @@ def main() -> None:
     sweeps = sum(x.cost.lab_seconds for x in exps)
     tools = sum(c.duration_s for c in calls)
     per_hour = len(exps) / wall * 3600
-    undecided = [x.patch for x in exps if x.verdict in (None, "unknown")]
+    # decided: a verdict, or dropped by a gate before any look (functional parity, a crash)
+    undecided = [x.patch_name or x.patch for x in exps
+                 if x.verdict == "unknown" or (x.verdict is None and all(g.passed for g in x.gates))]
     console.print(f"{len(exps)} candidates judged in {wall:.0f} s: {per_hour:.1f} per hour (target >= 30); "
                   f"undecided: {undecided or 'none'}")
     console.print(f"screening windows {windows:.0f} s; experiments {sweeps:.0f} s (windows, flashes, heals, "
