@@ -41,7 +41,8 @@ test: setup
 demo: setup
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/labwarden demo
 
-BENCHES := vlab_curve device_rtt tool_overhead symbolize measurement loop_overhead token_economy soak qlab
+BENCHES := vlab_curve device_rtt tool_overhead symbolize measurement loop_overhead token_economy \
+	decision loop_throughput soak qlab
 
 bench: setup
 	@for b in $(BENCHES); do echo "== bench/$$b.py"; \

@@ -20,7 +20,9 @@ densities and the rule's cap keep it at a few minutes on 2 cores.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +40,7 @@ from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
-from .conftest import needs_uprobes
+from .conftest import needs_uprobes, uprobes_reason
 from .messages_standin import MessagesStandIn, ToolUse, Turn, from_result
 from .patching import BROKEN, BULK, DROP_KEY, NO_OP, SLOW_MONITOR, change
 
@@ -51,6 +53,9 @@ QUICK = {"window_s": "2.0", "densities": "[30, 60]", "sweep_reps": "2", "max_win
 
 @pytest.fixture(scope="module")
 def vlab_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
+    reason = uprobes_reason() or (None if shutil.which("perf") else "perf is not installed")
+    if reason and os.environ.get("CI") == "true":  # scripts/setup-system.sh mounts tracefs
+        pytest.fail(f"uprobes unavailable on CI: {reason}")
     needs_uprobes()  # the offered load is counted by a uprobe on the RPC
     root = tmp_path_factory.mktemp("loopexp")
     try:

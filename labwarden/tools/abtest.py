@@ -139,7 +139,9 @@ class AB:
         t0 = time.monotonic()
         s = self.screening
         arms = {"a": s.a, "b": s.b}
-        order = ["a", "b"]
+        state = self.ctx.peek_state()
+        on_b = self.interleave and state.fingerprint_ok() and state.verified_build == s.b.build_id
+        order = ["b", "a"] if on_b else ["a", "b"]  # start on the image that runs: one flash less
         target = self.rule.min_windows
         try:
             while True:

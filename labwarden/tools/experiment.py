@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, Field
 
 from labwarden.core.decision import Verdict
-from labwarden.core.errors import LabError
+from labwarden.core.errors import LabError, ToolError
 from labwarden.core.events import ModelCall, ToolCalled
 from labwarden.core.experiments import Cost, Decision, DensityDelta, Experiment, GateResult
 from labwarden.core.measurements import SweepRecord
@@ -191,9 +191,21 @@ async def _screen(ctx: LabContext, exp: Experiment) -> None:
                      parity.functional(exp.parity_a, exp.parity_b)]
 
 
+def _known(ctx: LabContext, patches: list[str]) -> None:
+    """Refuse an unknown patch id before anything is recorded (a typo is not an experiment)."""
+    rec = recipe(ctx)
+    for pid in patches:
+        try:
+            builder.resolve_patch(pid, rec.patches_dirs)
+        except builder.BuildError as exc:
+            raise ToolError("invalid_input", f"patch: {exc.lines[0] if exc.lines else pid}",
+                            exc.remedy + "; patch_submit stores new ones") from None
+
+
 async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
     t0 = time.monotonic()
     store = RecordStore(ctx.data_dir)
+    _known(ctx, [inp.patch, *(inp.base_patches or [])])
     meta = patch_store(ctx).meta(inp.patch)
     base = inp.base_patches if inp.base_patches is not None else (meta.base_patches if meta else [])
     ref = inp.ref or (meta.ref if meta else "HEAD")

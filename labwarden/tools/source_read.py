@@ -1,7 +1,8 @@
 """source_read: read lines of one firmware source file at a ref, numbered.
 
 Read-only, host only. The path is relative to the repository root and contained in it (no
-absolute path, no '..', no symlink out); at most 400 lines per call -- `next_start` continues.
+absolute path, no '..', no symlink out); 100 lines by default, at most 200 per call --
+`next_start` continues.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from labwarden.lab.host import sourcetree
 from labwarden.tools.context import LabContext
 from labwarden.tools.source_search import tree
 
-MAX_LINES = 400
+MAX_LINES = 200
+DEFAULT_LINES = 100
+"""~50 characters a C line: 100 lines stay under ~2,000 tokens of result."""
 
 
 class SourceReadInput(ToolInput):
@@ -23,7 +26,7 @@ class SourceReadInput(ToolInput):
                       "repository root", examples=["hal.c"])
     start: int = Field(1, ge=1, le=10_000_000, description="first line, 1-based")
     end: int | None = Field(None, ge=1, le=10_000_000, description=f"last line, inclusive (default: start + "
-                            f"{MAX_LINES - 1})")
+                            f"{DEFAULT_LINES - 1}; at most {MAX_LINES} lines a call)")
     ref: str = Field("HEAD", max_length=100, description="git ref of the firmware repo")
 
     @model_validator(mode="after")
@@ -45,7 +48,7 @@ class SourceReadOutput(BaseModel):
 
 async def run(ctx: LabContext, inp: SourceReadInput) -> SourceReadOutput:
     commit, root = await asyncio.to_thread(tree, ctx, inp.ref)
-    end = min(inp.end or inp.start + MAX_LINES - 1, inp.start + MAX_LINES - 1)
+    end = min(inp.end or inp.start + DEFAULT_LINES - 1, inp.start + MAX_LINES - 1)
     lines, total = await asyncio.to_thread(sourcetree.read_lines, root, inp.path, inp.start, end)
     last = inp.start + len(lines) - 1
     return SourceReadOutput(commit=commit, path=inp.path, start=inp.start, end=max(last, inp.start - 1),

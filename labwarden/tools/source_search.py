@@ -26,9 +26,10 @@ class SourceSearchInput(ToolInput):
                      examples=["HEAD"])
     path_glob: str | None = Field(None, max_length=100, description="only files matching this "
                                   "glob (relative path or file name)", examples=["*.c"])
-    context: int = Field(2, ge=0, le=5, description="lines of context above and below each hit")
+    context: int = Field(1, ge=0, le=5, description="lines of context above and below each hit")
     offset: int = Field(0, ge=0, le=1_000_000, description="hits to skip (from a previous next_offset)")
-    limit: int = Field(20, ge=1, le=50, description="hits per page")
+    limit: int = Field(10, ge=1, le=50, description="hits per page (a page of 10 with one line of "
+                       "context stays under ~2,000 tokens)")
 
 
 class SourceSearchOutput(BaseModel):

@@ -1,0 +1,177 @@
+"""Error rates of the decision rule (the lab profile's [decision]) on the vlab: one image recorded
+for a long run at the densest point; >= 200 A/A comparisons drawn from it by resampling windows
+(the adaptive schedule, without replacement); the same with B scaled by a 5% and a 10% effect
+(windows needed to decide); and live A/A comparisons -- HEAD against HEAD plus a comment, so two
+images with the same code, flashed alternately as the experiment tool does.
+
+    .venv/bin/python bench/decision.py [--windows 60] [--draws 2000] [--live 10]
+
+Targets: false "improved" <= 1% (the rule bounds it by alpha/2); every live A/A decided "same"
+or left "unknown", never "improved".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from labwarden.core.decision import DecisionRule, Judgement, judge, next_windows
+from labwarden.core.measurements import ProfileRecord
+from labwarden.core.records import RecordStore
+from labwarden.lab.config import LabProfile
+from labwarden.runtime.runner import call_tool
+from labwarden.runtime.session import open_lab
+from labwarden.tools import abtest
+from labwarden.vlab import control
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.patching import NO_OP, change  # the same diff the acceptance test writes
+
+
+def adaptive(pool: list[float], rule: DecisionRule, rng: random.Random, effect: float) -> Judgement:
+    """One comparison as the experiment runs it, on windows drawn from one recording: A and B
+    take disjoint windows; B's are scaled by (1 - effect)."""
+    draw = rng.sample(pool, 2 * rule.max_windows)
+    a, b = draw[:rule.max_windows], [x * (1 - effect) for x in draw[rule.max_windows:]]
+    n = rule.min_windows
+    while True:
+        j = judge(a[:n], b[:n], rule)
+        if j.decided:
+            return j
+        n = next_windows(n, rule)
+
+
+async def record(lab: Path, windows: int) -> tuple[list[float], LabProfile]:
+    """The long recording: one image, the densest point, the rule's window length."""
+    profile = LabProfile.from_file(lab)
+    dec = profile.decision
+    async with open_lab(profile, client="bench") as ctx:
+        verify = {"build_id": profile.build.baseline}
+        for name, args in (("fingerprint_verify", verify), ("env_pin", {})):
+            rec = await call_tool(ctx, name, args)
+            assert rec.ok, (name, rec.error)
+        values: list[float] = []
+        while len(values) < windows:  # the profile tool takes 10 windows a call
+            reps = min(10, windows - len(values))
+            rec = await call_tool(ctx, "profile", {"stations": dec.densities[-1], "window_s": dec.window_s,
+                                                   "reps": reps, "perf": False, "settle_s": dec.settle_s})
+            assert rec.ok and rec.result, rec.error
+            values += RecordStore(ctx.data_dir).load("prof", rec.result["profile_id"],
+                                                     ProfileRecord).cpu_values()
+        return values, profile
+
+
+async def live(lab: Path, n: int) -> tuple[list[Judgement], list[int], float]:
+    profile = LabProfile.from_file(lab)
+    dec = profile.decision
+    looks: list[Judgement] = []
+    flashes: list[int] = []
+    t0 = time.monotonic()
+    async with open_lab(profile, client="bench") as ctx:
+        diff = change("wld.c", *NO_OP)
+        sub = await call_tool(ctx, "patch_submit", {"name": "aa-comment", "diff": diff})
+        assert sub.ok and sub.result, sub.error
+        a, b = profile.build.baseline, sub.result["build_id"]
+        assert a
+        for i in range(n):
+            scr = await abtest.AB(ctx, a, b, stations=dec.densities[-1], rule=dec, window_s=dec.window_s,
+                                  interleave=dec.interleave).run()
+            looks.append(scr.final)
+            flashes.append(scr.flashes)
+            print(f"  live A/A {i + 1}/{n}: {scr.final.describe()}", flush=True)
+    return looks, flashes, time.monotonic() - t0
+
+
+def _rates(js: list[Judgement]) -> Counter[str]:
+    return Counter(j.verdict for j in js)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--windows", type=int, default=60, help="windows of the long recording")
+    ap.add_argument("--draws", type=int, default=2000, help="resampled comparisons per case (>= 200)")
+    ap.add_argument("--live", type=int, default=10, help="live A/A comparisons")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="lw-decision-")) / "vlab"
+    console = Console(width=130)
+    try:
+        control.up(root)
+        t0 = time.monotonic()
+        pool, profile = asyncio.run(record(root / "lab.toml", args.windows))
+        # the resampled part is printed before the live one starts: a long live part that is cut
+        # short must not take the recording's figures with it
+        resampled(console, pool, profile, args.draws, args.seed, time.monotonic() - t0)
+        if args.live:
+            lives, flashes, live_s = asyncio.run(live(root / "lab.toml", args.live))
+            report_live(console, lives, flashes, live_s)
+    finally:
+        control.down(root)
+
+
+def resampled(console: Console, pool: list[float], profile: LabProfile, draws: int, seed: int,
+              rec_s: float) -> None:
+    dec = profile.decision
+    rule = DecisionRule.model_validate(dec.model_dump(include=set(DecisionRule.model_fields)))
+    assert 2 * rule.max_windows <= len(pool), "record more windows than two arms at the cap"
+    rng = random.Random(seed)
+    mean, sd = statistics.fmean(pool), statistics.stdev(pool)
+    console.print(f"recording: {len(pool)} windows of {dec.window_s:g} s at {dec.densities[-1]} clients "
+                  f"in {rec_s:.0f} s: mean {mean:.2f}%, stdev {sd:.2f} pp ({100 * sd / mean:.1f}%), "
+                  f"min {min(pool):.2f}, max {max(pool):.2f}")
+    console.print(f"windows: {' '.join(f'{v:.1f}' for v in pool)}")
+    console.print(f"rule: alpha {rule.alpha:g} over looks at {rule.looks()} windows per arm "
+                  f"({rule.alpha_per_look():.4g} each), band +-{rule.min_effect_pct:g}%")
+    t = Table(title=f"decision rule, {draws} resampled comparisons per case")
+    for col in ("case", "improved", "same", "unknown", "regressed", "windows/arm median", "p90", "mean"):
+        t.add_column(col, justify="right")
+    results = {}
+    for label, effect in (("A/A (resampled)", 0.0), ("B 5% lower", 0.05), ("B 10% lower", 0.10)):
+        js = [adaptive(pool, rule, rng, effect) for _ in range(draws)]
+        results[label] = js
+        c, n = _rates(js), len(js)
+        ws = sorted(j.n_b for j in js)
+        t.add_row(label,
+                  *(f"{100 * c[v] / n:.2f}%" for v in ("improved", "same", "unknown", "regressed")),
+                  str(statistics.median(ws)), str(ws[int(0.9 * (n - 1))]), f"{statistics.fmean(ws):.1f}")
+    console.print(t)
+    aa = results["A/A (resampled)"]
+    false_improved = sum(j.verdict == "improved" for j in aa) / len(aa)
+    console.print(f"false 'improved' on A/A: {100 * false_improved:.2f}% of {len(aa)} (target <= 1%; "
+                  f"bound alpha/2 = {100 * rule.alpha / 2:g}%)")
+    for label in ("B 5% lower", "B 10% lower"):
+        js = [j for j in results[label] if j.verdict == "improved"]
+        ws = sorted(j.n_b for j in js)
+        if ws:
+            console.print(f"{label}: decided 'improved' in {100 * len(js) / len(results[label]):.1f}% "
+                          f"of draws, after a median of {statistics.median(ws)} windows per arm "
+                          f"({statistics.median(ws) * dec.window_s:g} s of window per arm)")
+        else:
+            console.print(f"{label}: never decided 'improved' within {rule.max_windows} windows per arm")
+
+
+def report_live(console: Console, lives: list[Judgement], flashes: list[int], live_s: float) -> None:
+    c, n = _rates(lives), len(lives)
+    ws = sorted(j.n_b for j in lives)
+    t = Table(title=f"live A/A comparisons ({n}, two images of the same code, flashed alternately)")
+    for col in ("improved", "same", "unknown", "regressed", "windows/arm median", "p90", "mean"):
+        t.add_column(col, justify="right")
+    t.add_row(*(f"{c[v]}/{n}" for v in ("improved", "same", "unknown", "regressed")),
+              str(statistics.median(ws)), str(ws[int(0.9 * (n - 1))]), f"{statistics.fmean(ws):.1f}")
+    console.print(t)
+    console.print(f"live A/A: {n} comparisons in {live_s:.0f} s, {statistics.fmean(flashes):.1f} flashes "
+                  f"each (interleaved); false 'improved': {c['improved']}/{n}")
+
+
+if __name__ == "__main__":
+    main()
