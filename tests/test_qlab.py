@@ -53,7 +53,7 @@ def test_boots_through_labgrid(qlab: Qlab) -> None:
     assert qlab.sh("cat /proc/sys/kernel/random/boot_id").stdout.strip() == st.boot_id
     argv = Path(f"/proc/{st.qemu_pids[0]}/cmdline").read_bytes().decode().split("\0")
     port = qlab.endpoint.port
-    assert f"user,model=virtio-net-pci,hostfwd=tcp:127.0.0.1:{port}-:22" in argv
+    assert f"user,model=virtio-net-pci,mac=52:54:00:12:34:56,hostfwd=tcp:127.0.0.1:{port}-:22" in argv
     assert argv[argv.index("-accel") + 1].split(",")[0] == qlab.info.accel.name
     assert any(a.endswith("root.ext4,readonly=on") for a in argv), "the shared base image is read-only"
     # the lab profile names the labgrid env, and its pinned key is the guest's dropbear key
