@@ -1,6 +1,8 @@
 """Warm round trip of a trivial command on a fresh vlab: Device's persistent channel, a plain SSH
-exec on the same connection, and labgrid's SSHDriver.run (one `ssh` process per call, through its
-ControlMaster). p50/p95 over N calls after 10 warm-up calls each; ratios are against the channel.
+exec on the same connection, the channel through Debian's OpenSSH sshd and dropbear (stock
+servers on 127.0.0.1, busybox ash; target p50 <= 2 ms), and labgrid's SSHDriver.run (one `ssh`
+process per call, through its ControlMaster). p50/p95 over N calls after 10 warm-up calls each;
+ratios are against the vlab's channel.
 
 labgrid 26's SSHDriver starts its master with StrictHostKeyChecking=no and has no option to pass
 ssh arguments, so here its `ssh` tool is a wrapper that puts a pinned UserKnownHostsFile first
@@ -33,10 +35,11 @@ from rich.table import Table
 from labwarden.lab.dut.connection import CIPHERS
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.endpoint import SshEndpoint
-from labwarden.vlab import control
+from labwarden.vlab import control, stockssh
 from labwarden.vlab.layout import VlabLayout
 
 COMMANDS = (["true"], ["cat", "/proc/loadavg"])
+STOCK_NAMES = {"openssh": "Debian OpenSSH sshd", "dropbear": "dropbear"}
 WARMUP = 10
 
 
@@ -128,6 +131,7 @@ async def _measure(root: Path, n: int, console: Console) -> None:
                          host_key=control.host_key_line(layout))
     rows: dict[str, dict[str, tuple[float, float]]] = {}
     labgrid_note = ""
+    notes: list[str] = []
     load_before = os.getloadavg()
     async with Device(target) as dev:
         for argv in COMMANDS:
@@ -136,6 +140,23 @@ async def _measure(root: Path, n: int, console: Console) -> None:
                 await _time_async(lambda argv=argv: dev.run(argv, check=True), n))
             rows.setdefault("Device.exec (SSH exec, same connection)", {})[name] = _quantiles(
                 await _time_async(lambda argv=argv: dev.exec(argv), n))
+    for kind in stockssh.SERVERS:  # the same channel through Debian's own servers
+        path = f"Device.run via {STOCK_NAMES[kind]} (persistent channel)"
+        why = stockssh.unavailable(kind)
+        if why:
+            notes.append(f"{kind} row missing: {why}")
+            continue
+        server = await asyncio.to_thread(stockssh.start, kind, root / f"stock-{kind}")
+        try:
+            async with Device(server.endpoint(), env={"PATH": "/usr/bin:/bin"}) as dev:
+                for argv in COMMANDS:
+                    rows.setdefault(path, {})[" ".join(argv)] = _quantiles(
+                        await _time_async(lambda argv=argv: dev.run(argv, check=True), n))
+                stray = dev.stray_output
+            if stray:
+                notes.append(f"{kind}: stray output on the channel: {stray[:2]}")
+        finally:
+            await asyncio.to_thread(server.stop)
     work = root / "labgrid-bench"
     try:
         problem = await asyncio.to_thread(_labgrid_pin_holds, layout, port, work)
@@ -152,7 +173,7 @@ async def _measure(root: Path, n: int, console: Console) -> None:
         labgrid_note = "labgrid host key pinned via an ssh wrapper (impostor key refused)"
     except Exception as exc:  # report why labgrid could not run instead of faking its row
         labgrid_note = f"labgrid row missing: {type(exc).__name__}: {exc}"
-    _render(console, rows, n, labgrid_note, CIPHERS[0], load_before)
+    _render(console, rows, n, "; ".join([labgrid_note, *notes]), CIPHERS[0], load_before)
 
 
 def _render(console: Console, rows: dict[str, dict[str, tuple[float, float]]], n: int, note: str,
@@ -173,7 +194,8 @@ def _render(console: Console, rows: dict[str, dict[str, tuple[float, float]]], n
                   f"{load_before[0]:.2f} after {os.getloadavg()[0]:.2f}; python "
                   f"{platform.python_version()}, asyncssh {version('asyncssh')}, labgrid "
                   f"{version('labgrid')}, cipher {cipher} (Device's first choice); "
-                  "DUT = vlab sshd (asyncssh) on 127.0.0.1")
+                  "DUT = vlab sshd (asyncssh) on 127.0.0.1; OpenSSH/dropbear rows: Debian's "
+                  "servers on 127.0.0.1 with busybox ash (labwarden.vlab.stockssh)")
 
 
 def main() -> None:

@@ -11,6 +11,15 @@ command -v perf >/dev/null 2>&1 && perf --version >/dev/null 2>&1 || missing="$m
 command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || missing="$missing cargo"
 # headless Chromium: the report test opens the HTML report and screenshots it
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+# DUTs that are not the vlab (tests/stockdut.py): Debian's OpenSSH and dropbear servers, busybox
+# as the DUT's shell, and a cross toolchain (+ qemu-user to run what it builds) for DUT helpers
+[ -x /usr/sbin/sshd ] || missing="$missing openssh-server"
+command -v dropbear >/dev/null 2>&1 || [ -x /usr/sbin/dropbear ] || missing="$missing dropbear-bin"
+command -v dropbearkey >/dev/null 2>&1 || [ -x /usr/bin/dropbearkey ] || missing="$missing dropbear-bin"
+[ -x /bin/busybox ] || missing="$missing busybox"
+need aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
+need qemu-aarch64 qemu-user
+need unshare util-linux
 
 # the qlab (a Debian guest under QEMU): QEMU, mmdebstrap to build the guest root, e2fsprogs for
 # its disk images, libnl headers for the firmware's nl80211 HAL, ssh for labgrid's SSHDriver
@@ -25,9 +34,17 @@ command -v pkg-config >/dev/null 2>&1 || qlab="$qlab pkg-config"
 if [ -n "$missing$qlab" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing$missing$qlab"
+    # openssh-server's postinst would start a system sshd on port 22: the tests start their own
+    # on 127.0.0.1, so keep services from starting while installing (unless a policy already says)
+    own_policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+      own_policy=1
+    fi
     apt-get update -qq
     [ -z "$missing" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
     [ -z "$qlab" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $qlab >/dev/null
+    [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
   else
     echo "setup: missing$missing$qlab -- as root: apt-get install$missing$qlab" >&2
   fi

@@ -297,14 +297,15 @@ async def test_drop_between_pause_and_window_is_an_error(lab: VlabLayout,
     real_cpu = attribute._cpu
     calls = 0
 
-    async def drop_then_measure(dev: Any, target: int, seconds: float, clk: int) -> float:
+    async def drop_then_measure(jobs: Any, name: str, target: int, seconds: float,
+                                clk: int) -> float:
         nonlocal calls
         calls += 1
         if calls == 2:  # 1: the baseline before; 2: the window during the pause
-            assert dev._connection.current is not None
-            dev._connection.current.abort()
+            assert jobs.dev._connection.current is not None
+            jobs.dev._connection.current.abort()
             await asyncio.sleep(0.05)
-        return await real_cpu(dev, target, seconds, clk)
+        return await real_cpu(jobs, name, target, seconds, clk)
 
     monkeypatch.setattr(attribute, "_cpu", drop_then_measure)
     prof = LabProfile.from_file(lab.lab_toml)

@@ -23,10 +23,12 @@ LAYERS: list[grimp.Layer] = [
 """Top to bottom: a layer may import the layers below it, never one above; the modules of one
 layer are independent of each other. `core` (records, the call record, the spec, device text,
 errors, the event schema) imports nothing of labwarden's."""
-LAB_SIDES: list[grimp.Layer] = [grimp.Layer("knobs", "host"), grimp.Layer("dut")]
+LAB_SIDES: list[grimp.Layer] = [grimp.Layer("drivers"), grimp.Layer("knobs", "host"),
+                                grimp.Layer("dut")]
 """Inside lab/: `dut` (what talks to the DUT) is the bottom; the knobs pin through it, and host-side
 work (the build, the symfs, which pulls the DUT's own libraries) may use it; the DUT side never
-reaches into the host side."""
+reaches into the host side. The drivers the profile chooses (load, flash) sit on top: they
+combine both sides (stasim runs on the host, sysupgrade on the DUT)."""
 
 
 @pytest.fixture(scope="module")

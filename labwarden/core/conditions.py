@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-CHECKED = ("governors", "boost", "clk_tck", "vaps_enabled", "channels", "host", "target")
+CHECKED = ("governors", "boost", "clk_tck", "vaps_enabled", "channels", "host", "target",
+           "not_applicable")
 """Keys that must be equal for two measurements to be comparable (the build may differ)."""
 
 
@@ -15,7 +16,8 @@ class Conditions(BaseModel):
     fingerprint_verified: bool
     governors: list[str]
     boost: str
-    clk_tck: int = Field(description="the DUT's getconf CLK_TCK (ticks per second of /proc times)")
+    clk_tck: int = Field(description="the DUT's CLK_TCK (ticks per second of /proc times; from "
+                         "its auxv, as getconf would say)")
     vaps_enabled: list[str]
     channels: dict[str, str]
     stations: int = Field(description="datamodel count when the window started")
@@ -23,10 +25,32 @@ class Conditions(BaseModel):
     target: str = Field(description="process measured")
     perf: str | None = Field(None, description="perf record options, if perf ran")
     labwarden: str = Field(description="labwarden version (+git commit of its checkout)")
+    not_applicable: dict[str, str] = Field(
+        default_factory=dict, description="knobs this DUT does not have, with the reason (e.g. "
+        "governor: no cpufreq on this DUT): recorded as such, never faked")
+
+    def governor_ok(self) -> bool:
+        """Every CPU at performance; or, recorded as such, a DUT with no governor at all."""
+        if "governor" in self.not_applicable:
+            return not self.governors  # n/a with governors read would contradict itself
+        return bool(self.governors) and all(g == "performance" for g in self.governors)
+
+    def boost_ok(self) -> bool:
+        if "boost" in self.not_applicable:
+            return self.boost.startswith("n/a")
+        return self.boost == "0"
 
     def pinned(self) -> bool:
-        return bool(self.governors) and all(g == "performance" for g in self.governors) \
-            and self.boost == "0"
+        """Governor and boost as measurement needs them, or explicitly not applicable."""
+        return self.governor_ok() and self.boost_ok()
+
+    def describe_cpufreq(self) -> str:
+        """`governor performance, boost off`, or the n/a reasons, for evidence lines."""
+        gov = f"n/a: {self.not_applicable['governor']}" if "governor" in self.not_applicable \
+            else f"governor {','.join(sorted(set(self.governors))) or 'none'}"
+        boost = f"n/a: {self.not_applicable['boost']}" if "boost" in self.not_applicable \
+            else f"boost {self.boost}"
+        return f"{gov}; {boost}"
 
     def differences(self, other: Conditions) -> list[str]:
         return [f"{k}: {getattr(self, k)!r} != {getattr(other, k)!r}"

@@ -83,6 +83,8 @@ class MeasurementConditions(BaseModel):
     """cpufreq governor of each CPU."""
     boost: str | bool | None = None
     """Turbo/boost state ("0"/False = off)."""
+    not_applicable: dict[str, str] | None = None
+    """Knobs the DUT does not have (e.g. governor: no cpufreq on this DUT), with the reason."""
 
 
 class ToolCalled(EventBase):

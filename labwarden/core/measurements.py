@@ -24,8 +24,9 @@ class Window(BaseModel):
     io_read_bytes: int = 0
     io_write_bytes: int = 0
     counters: dict[str, float] = Field(default_factory=dict, description="uprobe hits per second")
-    datamodel_start: int = Field(description="clients in the datamodel when the window started")
-    datamodel_end: int = Field(description="... and when it ended (clients held?)")
+    datamodel_start: int | None = Field(description="clients in the datamodel when the window "
+                                        "started (None: the DUT has no clients reader)")
+    datamodel_end: int | None = Field(description="... and when it ended (clients held?)")
     restarted: bool = Field(False, description="the target restarted during the window")
     perf_data: str | None = Field(None, description="artifact path of perf.data (if recorded)")
     perf_bytes: int | None = None
@@ -69,5 +70,6 @@ class SweepRecord(BaseModel):
     reps: int
     build_id: str | None
     points: list[SweepPoint]
-    cleanup_count: int = Field(description="datamodel count after disassociating everyone")
+    cleanup_count: int | None = Field(description="datamodel count after disassociating everyone "
+                                      "(None: the DUT has no clients reader)")
     idle_note: str | None = None

@@ -102,9 +102,14 @@ class Guard:
         """What a measuring call runs under (stored on its transcript event)."""
         dev, prof = self.ctx.device, self.ctx.profile
         gov, boost = knobs.Governor(dev, prof), knobs.Boost(dev, prof)
+        gov_missing = await gov.available()
+        boost_state = await boost.state()
+        na = {"governor": gov_missing} if gov_missing else {}
+        if not boost_state.applicable:  # recorded as not applicable, never as "off"
+            na["boost"] = boost_state.value.removeprefix("n/a: ")
         return {"fingerprint_verified": state.fingerprint_ok(),
-                "governors": await gov.governors() if await gov.available() is None else [],
-                "boost": (await boost.state()).value}
+                "governors": await gov.governors() if gov_missing is None else [],
+                "boost": boost_state.value, "not_applicable": na}
 
     # -- the check -------------------------------------------------------------------------
     async def check(self, spec: ToolSpec, args: dict[str, Any],

@@ -5,11 +5,12 @@ what was expected and an example, so a typo never silently changes what gets mea
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from labwarden.core.errors import LabError
 from labwarden.lab.dut.endpoint import SshEndpoint
@@ -75,6 +76,17 @@ class DutSection(_Strict):
     ssh: SshSection | None = None
     labgrid: LabgridSection | None = None
     paths: DutPaths = Field(default_factory=DutPaths)
+    env: dict[str, str] = Field(
+        default_factory=dict, examples=[{"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}],
+        description="environment of every DUT command (channel and exec). Commands never run in "
+        "a login shell, so /etc/profile does not set PATH: name here what the DUT needs")
+
+    @model_validator(mode="after")
+    def _env_names(self) -> DutSection:
+        bad = [k for k in self.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+        if bad:
+            raise ValueError(f"env: {bad[0]!r} is not a shell variable name (e.g. PATH)")
+        return self
 
     @model_validator(mode="after")
     def _backend_present(self) -> DutSection:
@@ -85,6 +97,10 @@ class DutSection(_Strict):
 
 class BuildSection(_Strict):
     kind: Literal["vlab", "command"] = Field("command", examples=["vlab"])
+    cc: str = Field("cc", description="C compiler for labwarden's DUT helpers (lw-pause): the "
+                    "firmware's cross compiler on a real DUT", examples=["aarch64-linux-gnu-gcc"])
+    strip: str = Field("strip", description="strip for the DUT's binaries (the build's images "
+                       "and labwarden's helpers)", examples=["aarch64-linux-gnu-strip"])
     repo: str = Field(description="git repository of the firmware sources", examples=["~/src/fw"])
     builds: str = Field(description="where build outputs are kept", examples=["~/fw-builds"])
     command: list[str] = Field(description="argv run in a clean worktree; {out} {git_hash} {jobs} "
@@ -97,14 +113,69 @@ class BuildSection(_Strict):
     baseline: str | None = Field(None, description="build id of the known-good image")
 
 
-class FlashSection(_Strict):
-    method: Literal["sysupgrade", "labgrid"] = Field("sysupgrade", examples=["sysupgrade"])
+class _FlashBase(_Strict):
+    timeout_s: float = Field(180, gt=0, examples=[180], description="how long the DUT may take to "
+                             "install the image and come back")
+
+
+
+class SysupgradeFlash(_FlashBase):
+    """Upload the build's image to the DUT's tmp, run the DUT's own flash command on it, and wait
+    for a new boot: the DUT's boot_id changes, SSH answers again, the target is a new instance."""
+
+    kind: Literal["sysupgrade"] = "sysupgrade"
     command: list[str] = Field(default_factory=lambda: ["sysupgrade", "-n"],
+                               description="argv run on the DUT; the image's path is appended",
                                examples=[["sysupgrade", "-n"]])
-    timeout_s: float = Field(180, gt=0, examples=[180])
 
 
-class LoadSection(_Strict):
+class VlabFlash(SysupgradeFlash):
+    """The vlab's sysupgrade: as `sysupgrade`, but its reboot restarts processes, not the kernel
+    (the boot id stays)."""
+
+    kind: Literal["vlab"] = "vlab"  # type: ignore[assignment]
+    command: list[str] = Field(default_factory=lambda: ["sysupgrade"], examples=[["sysupgrade"]])
+
+
+class CommandFlash(_FlashBase):
+    """A host-side flasher (TFTP, a serial loader, a vendor tool): argv run on this host; then
+    wait until SSH answers and the target is a new instance."""
+
+    kind: Literal["command"] = "command"
+    command: list[str] = Field(description="argv run on the host; {image} {host} {port} {user} "
+                               "are filled in", examples=[["/opt/lab/flash.sh", "{image}", "{host}"]])
+
+
+class LabgridFlash(_FlashBase):
+    """The labgrid Strategy of the DUT's target moves to `state`, installing the build's image
+    (given to the env as `images.<image_key>`) on the way; then wait for a new target instance."""
+
+    kind: Literal["labgrid"] = "labgrid"
+    state: str = Field("shell", description="Strategy state after flashing", examples=["shell"])
+    image_key: str = Field("root", description="key in the env YAML's images: the strategy's "
+                           "flasher reads it", examples=["root"])
+    env: str | None = Field(None, description="labgrid env YAML (default: [dut.labgrid] env)")
+    target: str | None = Field(None, description="target in it (default: [dut.labgrid] target, "
+                               "else main)")
+
+
+def _flash_kind(data: Any) -> Any:
+    """`method = "..."` was the key before drivers had kinds (read as `kind`); no kind at all
+    meant sysupgrade."""
+    if isinstance(data, dict) and "kind" not in data:
+        data = dict(data)
+        data["kind"] = data.pop("method", "sysupgrade")
+    return data
+
+
+FlashSection = Annotated[SysupgradeFlash | VlabFlash | CommandFlash | LabgridFlash,
+                         Field(discriminator="kind"), BeforeValidator(_flash_kind)]
+"""`[flash]`: one driver per kind (labwarden/lab/drivers/flash/)."""
+
+
+class StasimLoad(_Strict):
+    """The vlab's station simulator, run on this host against the DUT daemon's socket."""
+
     kind: Literal["stasim"] = Field(examples=["stasim"])
     binary: str = Field(examples=["/opt/lab/stasim"])
     socket: str = Field(description="the DUT daemon's RPC socket", examples=["/var/run/stad.sock"])
@@ -119,14 +190,56 @@ class LoadSection(_Strict):
                             "(a sweep or profile call may override it)")
 
 
+class NoLoad(_Strict):
+    """A DUT with no clients to hold (a daemon that works on its own input): only `stations = 0`
+    can be measured, and client-count gates are not applicable."""
+
+    kind: Literal["none"] = "none"
+    radios: int = Field(1, ge=1, le=64, description="not used: there are no clients to split")
+    settle_s: float = Field(0.0, ge=0, le=60, examples=[0.0])
+
+
+class CommandLoad(_Strict):
+    """Your own load script, run on this host: `hold` with {n} sets the load to n clients and
+    exits 0 once they are held (0 = none); the DUT's own count is `[readers] clients`."""
+
+    kind: Literal["command"] = "command"
+    hold: list[str] = Field(description="argv on the load host; {n} is the number of clients",
+                            examples=[["/opt/lab/clients.sh", "{n}"]])
+    radios: int = Field(1, ge=1, le=64, examples=[2], description="radios (or ports) the clients "
+                        "are split over")
+    timeout_s: float = Field(120, gt=0, examples=[120], description="how long `hold` may take")
+    settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0])
+
+
+LoadSection = Annotated[StasimLoad | NoLoad | CommandLoad, Field(discriminator="kind")]
+"""`[load]`: one driver per kind (labwarden/lab/drivers/load/); wpa_supplicant stations and iperf3
+traffic are further kinds, added beside these."""
+
+
+class ReadersSection(_Strict):
+    """Optional readers of what the DUT itself says. A reader that is not declared makes its
+    evidence not applicable (never made up)."""
+
+    clients: list[str] | None = Field(
+        None, description="argv on the DUT printing its client count: `total=N [name=N ...]` or "
+        "`N` (the datamodel count associate, sweeps and the gates check against)",
+        examples=[["stacli", "--socket", "/var/run/stad.sock", "count"]])
+
+
 class TargetSection(_Strict):
     process: str = Field(examples=["stad"])
-    library: str = Field(description="DUT path of the library holding the probed functions",
-                         examples=["/usr/lib/libsta.so"])
+    library: str | None = Field(None, description="DUT path of the library holding the probed "
+                                "functions (default: the target's own executable)",
+                                examples=["/usr/lib/libsta.so"])
     suspects: list[str] = Field(default_factory=list, examples=[["stamon"]])
-    uprobes: dict[str, str] = Field(default_factory=dict,
-                                    examples=[{"rpc_calls": "getStationStats"}])
-    rpc_client: str = Field("stacli", description="DUT command that queries the daemon's RPC")
+    uprobes: dict[str, str] = Field(
+        default_factory=dict, description="counter -> function, or `/dut/path/of/binary:function` "
+        "(any symbol the build's symbols know, exported or not)",
+        examples=[{"rpc_calls": "getStationStats"}])
+    rpc_client: str | None = Field(None, description="(older profiles) DUT command whose `--socket "
+                                   "S count` counts the stasim load's clients: use [readers] "
+                                   "clients instead")
     perf: str = Field("perf", description="perf on the DUT", examples=["/usr/bin/perf"])
     pidfiles: dict[str, str] = Field(default_factory=dict, description="process name -> DUT pid "
                                      "file; without one, the process is found by name",
@@ -137,8 +250,10 @@ class TargetSection(_Strict):
 
 
 class TopologySection(_Strict):
-    """The radio topology every measurement needs (seed 000: 6 radios, channels pinned)."""
+    """The radio topology every measurement needs (seed 000: 6 radios, channels pinned); read
+    from the DUT's UCI `wireless`. Without this section the topology is not applicable."""
 
+    kind: Literal["uci_wireless"] = Field("uci_wireless", examples=["uci_wireless"])
     vaps: list[str] = Field(description="wifi-iface sections that must be enabled",
                             examples=[["vap0", "vap1"]])
     channels: dict[str, str] = Field(description="radio -> pinned channel", examples=[{"radio0": "36"}])
@@ -189,10 +304,11 @@ class LabProfile(_Strict):
     lab: LabSection
     dut: DutSection
     build: BuildSection
-    flash: FlashSection = Field(default_factory=FlashSection)
-    load: LoadSection
+    flash: FlashSection = Field(default_factory=SysupgradeFlash)
+    load: LoadSection = Field(default_factory=NoLoad)
     target: TargetSection
     topology: TopologySection | None = None
+    readers: ReadersSection = Field(default_factory=ReadersSection)
     levers: LeversSection = Field(default_factory=LeversSection)
     gates: GatesSection = Field(default_factory=GatesSection)
     policy: PolicySection = Field(default_factory=PolicySection)
@@ -229,6 +345,14 @@ class LabProfile(_Strict):
             return Path(self.lab.data_dir).expanduser()
         base = Path(self.source).parent if self.source and self.source != "<profile>" else Path.cwd()
         return base / "labwarden-data"
+
+    def clients_reader(self) -> list[str] | None:
+        """The DUT argv that counts its clients, or None (not applicable on this DUT)."""
+        if self.readers.clients:
+            return list(self.readers.clients)
+        if self.target.rpc_client and isinstance(self.load, StasimLoad):  # older vlab profiles
+            return [self.target.rpc_client, "--socket", self.load.socket, "count"]
+        return None
 
     def ssh_endpoint(self) -> SshEndpoint:
         """The SSH endpoint for the ssh backend (the labgrid backend resolves its own)."""
@@ -268,10 +392,23 @@ def _example(loc: tuple[int | str, ...]) -> str | None:
     return f"{loc[-1]} = {json.dumps(field.examples[0])}"
 
 
+_KINDS = {"load": ("stasim", "none", "command"), "flash": ("sysupgrade", "vlab", "command", "labgrid")}
+"""Sections that are a union on `kind` (pydantic puts the kind into an error's location)."""
+
+
 def _explain(err: Any) -> str:
     loc = tuple(err["loc"])
-    key = ".".join(str(p) for p in loc) or "(top level)"
     kind = err["type"]
+    if loc and loc[0] in _KINDS:
+        kinds = _KINDS[str(loc[0])]
+        if kind == "union_tag_not_found":
+            return f"{loc[0]}.kind: required key is missing (one of {', '.join(kinds)})"
+        if kind == "union_tag_invalid":
+            return f"{loc[0]}.kind: {err['input'].get('kind')!r} is not a kind (one of " \
+                   f"{', '.join(kinds)})"
+        if len(loc) > 1 and loc[1] in kinds:
+            loc = (loc[0], *loc[2:])
+    key = ".".join(str(p) for p in loc) or "(top level)"
     if kind == "extra_forbidden":
         return f"{key}: unknown key (misspelt? it would be ignored, so it is refused)"
     if kind == "missing":

@@ -430,25 +430,30 @@ class PlaceLease:
 
 # --- driving a Strategy ---------------------------------------------------------------------------
 
-async def transition(cfg: LabgridConfig, state: str, *, lease: PlaceLease | None = None) -> None:
+async def transition(cfg: LabgridConfig, state: str, *, lease: PlaceLease | None = None,
+                     images: dict[str, str] | None = None) -> None:
     """Activate the target's Strategy and `transition(state)` (e.g. flash), in a labgrid thread:
-    the lease's thread for a RemotePlace (required then), else a thread of its own."""
-    if lease is not None:
-        await lease.run_with_session(lambda session: _transition_sync(cfg, state, session))
+    the lease's thread for a RemotePlace (required then), else a thread of its own. `images`
+    are set in the env's `images:` first (what the strategy's flasher installs)."""
+    if lease is not None and lease.place is not None:
+        await lease.run_with_session(lambda session: _transition_sync(cfg, state, session, images))
         return
     if load_env(cfg).remote_place is not None:
         raise LabgridError(f"{cfg.env}: target {cfg.target} uses a RemotePlace: a transition needs the place",
                            "call transition(cfg, state, lease=lease) inside `async with PlaceLease(cfg)`")
     with _labgrid_thread(cfg) as pool:
-        await asyncio.wrap_future(pool.submit(_transition_sync, cfg, state, None))
+        await asyncio.wrap_future(pool.submit(_transition_sync, cfg, state, None, images))
 
 
-def _transition_sync(cfg: LabgridConfig, state: str, session: Any | None) -> None:
+def _transition_sync(cfg: LabgridConfig, state: str, session: Any | None,
+                     images: dict[str, str] | None = None) -> None:
     from labgrid import Environment
     from labgrid.exceptions import NoDriverFoundError
     from labgrid.resource.remote import RemotePlaceManager
 
     env = Environment(config_file=cfg.env)
+    if images:
+        env.config.data.setdefault("images", {}).update(images)
     with _REMOTE_TARGET_LOCK:
         manager = RemotePlaceManager.get()
         if session is not None:

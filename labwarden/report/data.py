@@ -102,7 +102,9 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str)
         g["label"] = labels.get(g["sweep_id"], g["sweep_id"])
     windows = [WindowRow(stage=s.label, stations=p.stations, rep=w.rep, cpu_pct=w.cpu_pct,
                          build_id=w.conditions.build_id, verified=w.conditions.fingerprint_verified,
-                         governors=",".join(sorted(set(w.conditions.governors))),
+                         governors=(f"n/a: {w.conditions.not_applicable['governor']}"
+                                    if "governor" in w.conditions.not_applicable
+                                    else ",".join(sorted(set(w.conditions.governors)))),
                          boost=w.conditions.boost, clk_tck=w.conditions.clk_tck, host=w.conditions.host)
                for s in stages for p in s.profiles for w in p.windows]
     return ReportData(title=title, session_id=session_id, lab=info.get("lab_name"), stages=stages,

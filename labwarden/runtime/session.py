@@ -39,6 +39,7 @@ async def open_lab(profile: LabProfile, progress: ProgressFn = no_progress,
     guarded, every call passes the guard and lands in the transcript. `connect=False` opens
     the DUT connection only when a call first needs it (a report needs no DUT)."""
     async with contextlib.AsyncExitStack() as stack:
+        place = None
         if profile.dut.backend == "labgrid":
             # imported here: labgrid's client pulls in gRPC, which the ssh backend never needs
             from labwarden.lab.labgrid import LabgridConfig, PlaceLease
@@ -47,16 +48,18 @@ async def open_lab(profile: LabProfile, progress: ProgressFn = no_progress,
             lease = PlaceLease(LabgridConfig(**profile.dut.labgrid.model_dump()), user=user)
             await stack.enter_async_context(lease)  # acquired for the session, released after
             target = lease.target()
+            place = lease
         else:
             target = profile.ssh_endpoint()
-        device = Device(target)
+        device = Device(target, env=profile.dut.env)
         if connect:
             await stack.enter_async_context(device)
         else:
             stack.push_async_callback(device.close)
         data_dir = profile.data_dir()
         data_dir.mkdir(parents=True, exist_ok=True)
-        ctx = LabSession(profile=profile, device=device, data_dir=data_dir, progress=progress)
+        ctx = LabSession(profile=profile, device=device, data_dir=data_dir, progress=progress,
+                         place=place)
         if guarded:
             ctx.transcript = TranscriptStore(transcript or default_transcript(profile))
             stack.callback(ctx.transcript.close)

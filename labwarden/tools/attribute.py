@@ -2,9 +2,10 @@
 the target's CPU before, during and after: how much of the target's load the suspect causes.
 
 Mutates DUT state reversibly: the suspect is held in a ptrace stop by the DUT-side helper
-lw-pause (labwarden/lab/dut/lw_pause.c), which resumes it at the deadline, when the SSH session
-drops, or when it dies (the kernel detaches a dead tracer's tracees), so a crashed or
-disconnected server cannot leave the suspect stopped. The window is capped at MAX_WINDOW_S.
+lw-pause (labwarden/lab/dut/lw_pause.c), which resumes it when labwarden stops it, at the
+deadline, when its session's output goes away, or when it dies (the kernel detaches a dead
+tracer's tracees), so a crashed or disconnected server cannot leave the suspect stopped.
+The window is capped at MAX_WINDOW_S.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab.conditions import clk_tck as clk_tck_of
 from labwarden.lab.dut import procs, sampler
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.errors import DeviceError
 from labwarden.lab.dut.helpers import ensure
+from labwarden.lab.dut.jobs import DutJobs
 from labwarden.lab.dut.procs import ProcInstance
 from labwarden.lab.procfs import parse_stat
 from labwarden.tools.context import LabContext
@@ -70,7 +73,7 @@ class AttributeOutput(BaseModel):
     drop_pct: float = Field(description="(before - during) / before, %")
     resumed: bool = Field(description="the suspect runs again, same instance (pid + start time)")
     resumed_after_s: float = Field(description="from releasing the pause to seeing it run")
-    resumed_by: str = Field(description="release (we closed the helper's session) | deadline | "
+    resumed_by: str = Field(description="release (we stopped the helper) | deadline | "
                             "hangup | session lost | helper exited | sigcont (last resort) | none")
     pause_held: bool = Field(description="the suspect stayed paused for the whole window; if not, "
                              "during_pct mixes paused and running time")
@@ -114,9 +117,9 @@ async def _check_suspect(ctx: LabContext, name: str) -> ProcInstance:
     return inst
 
 
-async def _cpu(dev: Device, pid: int, seconds: float, clk_tck: int) -> float:
+async def _cpu(jobs: DutJobs, name: str, pid: int, seconds: float, clk_tck: int) -> float:
     n = max(2, math.ceil(seconds - 1e-9) + 1)
-    res = await dev.run(sampler.argv(pid, n), timeout=n + 15, cap=1 << 20)
+    res = await jobs.exec(name, sampler.argv(pid, n), timeout=n + 15, cap=1 << 20)
     got = sampler.parse(res.stdout)
     if got.gone or len(got.samples) < 2 or got.restarted():
         raise ToolError("device", f"the target (pid {pid}) exited or restarted while measured",
@@ -165,12 +168,17 @@ def _ended_by(pause: asyncio.Task[object]) -> str:
     return words[-1] if len(words) >= 3 and words[-3] == "resumed" else "helper exited"
 
 
-async def _release(dev: Device, inst: ProcInstance, pause: asyncio.Task[object],
+async def _release(dev: Device, jobs: DutJobs, inst: ProcInstance, pause: asyncio.Task[object],
                    notes: list[str]) -> tuple[bool, float, str]:
-    """End the pause (close the helper's channel), then verify the suspect runs again."""
+    """End the pause (stop the helper's job: TERM, it detaches), then verify the suspect runs
+    again. Closing the helper's session is not relied on: OpenSSH and dropbear send no SIGHUP."""
     t0 = time.monotonic()
     by = _ended_by(pause) if pause.done() else "release"
-    pause.cancel()  # Device.exec closes its channel; the DUT's sshd hangs the helper up
+    if not pause.done():
+        with contextlib.suppress(DeviceError):
+            await jobs.stop("pause")
+        await asyncio.wait([pause], timeout=3.0)
+    pause.cancel()  # no-op when it ended; else its session is closed
     await asyncio.wait([pause])
     if not pause.cancelled() and pause.exception() is not None:  # retrieved: no asyncio warning
         notes.append(f"the helper's session ended with: {pause.exception()}")
@@ -189,17 +197,27 @@ async def run(ctx: LabContext, inp: AttributeInput) -> AttributeOutput:
     target = await procs.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
     if target is None:
         raise ToolError("device", f"the target {prof.target.process} is not running", "lab_status")
-    clk_tck = int((await dev.run(["getconf", "CLK_TCK"], check=True)).stdout.strip())
+    clk_tck = await clk_tck_of(dev)
+    if clk_tck <= 0:
+        raise ToolError("device", "cannot read the DUT's CLK_TCK (from /proc/self/auxv or "
+                        "/proc/uptime)", "is /proc mounted on the DUT?")
     helper = await ensure(dev, prof, "lw-pause")
+    async with DutJobs(dev, prof.dut.paths.tmp, shield=ctx.shielded) as jobs:
+        return await _attribute(ctx, inp, jobs, inst, target, helper, clk_tck, baseline_s)
 
+
+async def _attribute(ctx: LabContext, inp: AttributeInput, jobs: DutJobs, inst: ProcInstance,
+                     target: ProcInstance, helper: str, clk_tck: int,
+                     baseline_s: float) -> AttributeOutput:
+    dev, prof = ctx.device, ctx.profile
     await ctx.report(1, 5, f"measuring {prof.target.process} for {baseline_s:g} s before")
-    before = await _cpu(dev, target.pid, baseline_s, clk_tck)
+    before = await _cpu(jobs, "before", target.pid, baseline_s, clk_tck)
 
     await ctx.report(2, 5, f"pausing {inp.suspect} (pid {inst.pid}) for {inp.window_s:g} s")
     deadline_ms = int((inp.window_s + MARGIN_S) * 1000)
     argv = [helper, str(inst.pid), str(inst.starttime), str(deadline_ms)]
-    pause: asyncio.Task[object] = asyncio.create_task(
-        dev.exec(argv, timeout=inp.window_s + MARGIN_S + 30))
+    pause: asyncio.Task[object] = asyncio.ensure_future(
+        jobs.exec("pause", argv, timeout=inp.window_s + MARGIN_S + 30))
     notes: list[str] = []
     released = False
     try:
@@ -209,12 +227,12 @@ async def run(ctx: LabContext, inp: AttributeInput) -> AttributeOutput:
             raise ToolError("refused" if res is not None and res.exit_status == 2 else "device",
                             f"lw-pause did not pause {inp.suspect} (pid {inst.pid}): {why}",
                             "check that the suspect is the same instance and ptrace is allowed")
-        during = await _cpu(dev, target.pid, inp.window_s, clk_tck)
+        during = await _cpu(jobs, "during", target.pid, inp.window_s, clk_tck)
         held = not pause.done() and await _wait_state(dev, inst, stopped=True, timeout=0.5)
         if not held:
             notes.append("the pause ended before the window did: during_pct is not clean")
         await ctx.report(3, 5, f"resuming {inp.suspect}")
-        resumed, after_s, by = await _release(dev, inst, pause, notes)
+        resumed, after_s, by = await _release(dev, jobs, inst, pause, notes)
         released = True
         if by == "session lost":  # the connection dropped mid-window: the pause ended early
             raise ToolError("device", f"the connection to the DUT broke during the window, so the "
@@ -225,7 +243,7 @@ async def run(ctx: LabContext, inp: AttributeInput) -> AttributeOutput:
         if not released:  # failure or cancellation: the pause must not outlive this call
             outcome = "could not be verified (DUT unreachable?)"
             with contextlib.suppress(Exception):
-                ok, _, by = await ctx.shielded(_release(dev, inst, pause, notes))
+                ok, _, by = await ctx.shielded(_release(dev, jobs, inst, pause, notes))
                 outcome = f"resumed ({by})" if ok else "STILL STOPPED: SIGCONT did not help"
             # no await here: the progress sink may be gone when the call was cancelled
             ctx.messages.append(f"attribute aborted: {inp.suspect} (pid {inst.pid}) {outcome}"
@@ -237,7 +255,7 @@ async def run(ctx: LabContext, inp: AttributeInput) -> AttributeOutput:
         notes.append(f"{inp.suspect} is no longer pid {inst.pid} (it exited or restarted)")
 
     await ctx.report(4, 5, f"measuring {prof.target.process} for {baseline_s:g} s after")
-    after = await _cpu(dev, target.pid, baseline_s, clk_tck)
+    after = await _cpu(jobs, "after", target.pid, baseline_s, clk_tck)
     drop = round(100.0 * (before - during) / before, 1) if before > 0 else 0.0
     await ctx.report(5, 5, f"{prof.target.process} CPU {before:g}% -> {during:g}% while "
                      f"{inp.suspect} paused ({drop:g}% drop), {after:g}% after")

@@ -44,6 +44,9 @@ class LabContext:
     session_id: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     """What the session learnt once about the DUT (e.g. whether it takes uprobes)."""
+    place: Any = None
+    """The session's labgrid PlaceLease (labgrid backend): drivers that act through the place
+    (a labgrid flash) use it; None otherwise."""
     board: BoardStateFile = field(init=False, repr=False)
     _cleanups: set[asyncio.Future[Any]] = field(default_factory=set, init=False, repr=False)
 

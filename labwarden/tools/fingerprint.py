@@ -3,7 +3,8 @@
 Read-only. Checks the running process's embedded git hash (asking the running image itself via
 /proc/PID/exe), the sha256 of every deployed file read on the DUT, that the running process maps
 the deployed files (not an overlay copy, not a replaced-but-still-running one), and that the
-overlay is empty. Never trusts DISTRIB_REVISION or package metadata: they lie when an image is
+overlay is empty. A check that fails, or cannot be completed, withdraws every earlier
+"verified" for this DUT. Never trusts DISTRIB_REVISION or package metadata: they lie when an image is
 patched but not bumped (the revision is reported, marked as not used).
 """
 
@@ -17,6 +18,7 @@ from pydantic import BaseModel, Field
 from labwarden.core.devtext import DeviceText
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.dut import procs
+from labwarden.lab.host.builder import BuildManifest
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
 
@@ -46,8 +48,35 @@ class FingerprintOutput(BaseModel):
         None, description="DISTRIB_REVISION as the DUT reports it: shown, never trusted")
 
 
+def _revoke(ctx: LabContext) -> None:
+    """A failed or unfinished check proves nothing runs as verified: every earlier "verified"
+    for this DUT is withdrawn (lab_status, the guard and the conditions then say unverified)."""
+    state = ctx.state
+    if state.verified_build is not None:
+        state.verified_build = None
+        state.verified_at = None
+        ctx.save_state(state)
+
+
 async def run(ctx: LabContext, inp: FingerprintInput) -> FingerprintOutput:
     manifest = load_manifest(ctx, inp.build_id)
+    try:
+        out = await _check(ctx, manifest)
+    except BaseException:  # unreadable (DUT gone, a file missing) or cancelled: not verified
+        _revoke(ctx)
+        raise
+    if out.verified:
+        state = ctx.state
+        state.flashed_build = manifest.build_id  # what runs is now proven, whoever flashed it
+        state.verified_build = manifest.build_id
+        state.verified_at = datetime.now(UTC)
+        ctx.save_state(state)
+    else:
+        _revoke(ctx)
+    return out
+
+
+async def _check(ctx: LabContext, manifest: BuildManifest) -> FingerprintOutput:
     prof, dev = ctx.profile, ctx.device
     mismatches: list[Mismatch] = []
 
@@ -99,12 +128,6 @@ async def run(ctx: LabContext, inp: FingerprintInput) -> FingerprintOutput:
         release = None
 
     verified = not mismatches
-    if verified:
-        state = ctx.state
-        state.flashed_build = manifest.build_id  # what runs is now proven, whoever flashed it
-        state.verified_build = manifest.build_id
-        state.verified_at = datetime.now(UTC)
-        ctx.save_state(state)
     return FingerprintOutput(verified=verified, build_id=manifest.build_id,
                              git_hash_expected=manifest.git_hash, git_hash_running=running_hash,
                              mismatches=mismatches[:20], overlay_empty=not overlay_files,

@@ -1,9 +1,10 @@
 """flash: install a built image on the DUT and wait for it to come back.
 
-Destructive: replaces what runs and wipes the overlay. Uploads the image by SFTP (sha256
-checked), runs the profile's flash command (sysupgrade) and waits until the DUT answers. A flash
-that fails or does not come back leaves the board `unknown`; a good one marks the new build as
-flashed and not yet verified.
+Destructive: replaces what runs and wipes the overlay. The profile's `[flash] kind` says how:
+sysupgrade (upload by SFTP, sha256 checked; the DUT's own command; wait for a new boot), vlab,
+a host-side command, or a labgrid Strategy; each waits until the target runs as a new instance.
+A flash that fails or does not come back leaves the board `unknown`; a good one marks the new
+build as flashed and not yet verified.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab.drivers import flash as flash_drivers
+from labwarden.lab.drivers.flash import FlashFailed
 from labwarden.lab.dut import procs
 from labwarden.lab.dut.errors import DeviceError
 from labwarden.tools.build import load_manifest
@@ -37,36 +40,28 @@ async def run(ctx: LabContext, inp: FlashInput) -> FlashOutput:
     prof = ctx.profile
     dev = ctx.device
     t0 = time.monotonic()
-    remote = f"{prof.dut.paths.tmp.rstrip('/')}/labwarden-{manifest.build_id}.img"
-    await ctx.report(1, 4, f"uploading image {Path(manifest.image).name}")
-    await dev.put(Path(manifest.image), remote)
+    driver = flash_drivers.for_profile(prof, dev, ctx.place)
     state = ctx.state
     was_good = state.board_health == "good"
     state.board_health = "unknown"  # from here until the DUT is back, we do not know
     state.health_reason = f"flash of {manifest.build_id} in progress"
     ctx.save_state(state)
     before = await procs.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
-    await ctx.report(2, 4, "running " + " ".join(prof.flash.command))
+    steps = 0
+
+    async def report(message: str) -> None:
+        nonlocal steps
+        steps += 1
+        await ctx.report(steps, 4, message)
+
     try:
-        res = await dev.exec([*prof.flash.command, remote], timeout=prof.flash.timeout_s)
-        if res.exit_status != 0:
-            state.health_reason = f"flash command exited {res.exit_status}: {res.stderr[-300:]}"
-            ctx.save_state(state)
-            raise ToolError("device", f"flash failed: {res.stderr.strip()[-300:]}",
-                            "the board is now `unknown`: run lab_status, then flash a known image")
-    except DeviceError:
-        pass  # the DUT dropping the session while it reboots is what a flash looks like
-    await ctx.report(3, 4, "waiting for the DUT to come back")
-    try:
-        await procs.wait_new_instance(dev, prof.target.process, before, prof.flash.timeout_s,
-                                         prof.target.pidfile(prof.target.process))
-    except DeviceError as exc:
-        state.health_reason = f"no answer after flash: {exc}"
+        await driver.install(Path(manifest.image), before, report)
+    except (FlashFailed, DeviceError) as exc:
+        state.health_reason = f"flash of {manifest.build_id} failed: {exc.problem}"[:400]
         ctx.save_state(state)
-        raise ToolError("device", f"the DUT did not come back after flashing {manifest.build_id}",
-                        "the board is now `unknown`: check its console/power, then lab_status") \
-            from exc
-    await dev.run(["rm", "-f", remote])  # a real DUT's /tmp is RAM: do not leave it filling up
+        raise ToolError("device", f"flash of {manifest.build_id} ({driver.describe()}) failed: "
+                        f"{exc.problem}", "the board is now `unknown`: check its console/power, "
+                        "then lab_status and flash a known image") from exc
     left = await dev.run(["find", prof.dut.paths.overlay, "-mindepth", "1", "-type", "f"])
     overlay_wiped = left.exit_status == 0 and not left.stdout.strip()
     if state.health_reason == f"flash of {manifest.build_id} in progress":

@@ -4,7 +4,9 @@ datamodel count; governor and CLK_TCK verified in every window; RSS bounded (per
 under the profile's limit); functional parity (clients held through the windows, disassociation
 cleans up).
 
-Reads records (and symbolizes the densest point's perf.data when it is not yet symbolized).
+A gate whose evidence the DUT cannot give (no clients, no clients reader, one density) is
+`not_applicable` with the reason, never passed on made-up data. Reads records (and symbolizes
+the densest point's perf.data when it is not yet symbolized).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pydantic import BaseModel, Field
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab.dut import datamodel
 from labwarden.tools.context import LabContext
 
 GateName = Literal["cpu_monotonic", "unknown_frames", "assoc_matches_datamodel",
@@ -27,16 +30,32 @@ class GateInput(ToolInput):
     sweep_id: str = Field(examples=["swp-1a2b3c4d5e6f"])
 
 
+GateStatus = Literal["passed", "failed", "not_applicable"]
+
+
 class Gate(BaseModel):
     name: GateName
-    passed: bool
+    passed: bool = Field(description="status == passed (a gate that is not applicable has not "
+                         "passed: it was not evaluated)")
+    status: GateStatus = Field("passed", description="not_applicable: the DUT cannot give the "
+                               "evidence (the reason is the evidence); never passed on made-up data")
     evidence: str = Field(description="the numbers the verdict rests on")
+
+    @classmethod
+    def judged(cls, name: GateName, passed: bool, evidence: str) -> Gate:
+        return cls(name=name, passed=passed, status="passed" if passed else "failed",
+                   evidence=evidence)
+
+    @classmethod
+    def not_applicable(cls, name: GateName, why: str) -> Gate:
+        return cls(name=name, passed=False, status="not_applicable", evidence=f"n/a: {why}")
 
 
 class GateOutput(BaseModel):
     sweep_id: str
-    passed: bool
+    passed: bool = Field(description="no gate failed (not-applicable gates are listed apart)")
     failed: list[GateName]
+    not_applicable: list[GateName] = Field(default_factory=list)
     gates: list[Gate]
 
 
@@ -55,57 +74,80 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
     store = RecordStore(ctx.data_dir)
     rec = store.load("swp", inp.sweep_id, SweepRecord)
     profiles = [store.load("prof", p.profile_id, ProfileRecord) for p in rec.points]
+    no_clients = ctx.profile.load.kind == "none"
+    counted = all(w.datamodel_start is not None for prof in profiles for w in prof.windows) \
+        and rec.cleanup_count is not None
     gates: list[Gate] = []
 
     curve = [(p.stations, p.cpu_mean) for p in rec.points]
     mono = len(curve) > 1 and all(b[1] > a[1] for a, b in pairwise(curve))
-    gates.append(Gate(name="cpu_monotonic", passed=mono,
-                      evidence=" < ".join(f"{c:.2f}%@{n}" for n, c in curve)
-                      + ("" if len(curve) > 1 else " (one point: nothing to order)")))
+    if no_clients and len(curve) == 1:
+        gates.append(Gate.not_applicable("cpu_monotonic", "the lab has no load ([load] kind = "
+                                         "\"none\"): one density, nothing to order"))
+    else:
+        gates.append(Gate.judged("cpu_monotonic", mono,
+                                 " < ".join(f"{c:.2f}%@{n}" for n, c in curve)
+                                 + ("" if len(curve) > 1 else " (one point: nothing to order)")))
 
     try:
         pct, evidence = await _unknown_pct(ctx, rec, store)
     except Exception as exc:  # a gate that cannot be evaluated fails, with the reason as evidence
         pct, evidence = None, f"symbolize failed: {exc}"
     budget = ctx.profile.gates.unknown_frames_pct_max
-    gates.append(Gate(name="unknown_frames", passed=pct is not None and pct <= budget,
-                      evidence=f"{evidence}; budget {budget:g}%"))
+    gates.append(Gate.judged("unknown_frames", pct is not None and pct <= budget,
+                             f"{evidence}; budget {budget:g}%"))
 
-    bad = [f"{p.stations}: radios {p.per_radio}, windows "
-           f"{[(w.datamodel_start, w.datamodel_end) for w in prof.windows]}"
-           for p, prof in zip(rec.points, profiles, strict=True)
-           if sum(p.per_radio) != p.stations
-           or any(w.datamodel_start != p.stations for w in prof.windows)]
-    gates.append(Gate(name="assoc_matches_datamodel", passed=not bad,
-                      evidence="; ".join(bad) or "datamodel count == associated clients at every point"))
+    if no_clients or not counted:
+        gates.append(Gate.not_applicable(
+            "assoc_matches_datamodel", "the lab has no clients ([load] kind = \"none\")"
+            if no_clients else datamodel.NOT_APPLICABLE))
+    else:
+        bad = [f"{p.stations}: radios {p.per_radio}, windows "
+               f"{[(w.datamodel_start, w.datamodel_end) for w in prof.windows]}"
+               for p, prof in zip(rec.points, profiles, strict=True)
+               if sum(p.per_radio) != p.stations
+               or any(w.datamodel_start != p.stations for w in prof.windows)]
+        gates.append(Gate.judged("assoc_matches_datamodel", not bad, "; ".join(bad) or
+                                 "datamodel count == associated clients at every point"))
 
     windows = [w for prof in profiles for w in prof.windows]
-    unpinned = [f"{prof.stations}/rep{w.rep}: governors {w.conditions.governors}, boost "
-                f"{w.conditions.boost}, CLK_TCK {w.conditions.clk_tck}, verified "
-                f"{w.conditions.fingerprint_verified}"
+    unpinned = [f"{prof.stations}/rep{w.rep}: {w.conditions.describe_cpufreq()}, CLK_TCK "
+                f"{w.conditions.clk_tck}, verified {w.conditions.fingerprint_verified}"
                 for prof in profiles for w in prof.windows
                 if not (w.conditions.pinned() and w.conditions.clk_tck > 0
                         and w.conditions.fingerprint_verified)]
-    gates.append(Gate(name="conditions_verified", passed=not unpinned and bool(windows),
-                      evidence="; ".join(unpinned[:3]) or f"{len(windows)} windows: governor "
-                      f"performance, boost off, CLK_TCK {windows[0].conditions.clk_tck if windows else '?'}, "
-                      "fingerprint verified"))
+    first = windows[0].conditions if windows else None
+    gates.append(Gate.judged("conditions_verified", not unpinned and bool(windows),
+                             "; ".join(unpinned[:3]) or f"{len(windows)} windows: "
+                             f"{first.describe_cpufreq() if first else '?'}, CLK_TCK "
+                             f"{first.clk_tck if first else '?'}, fingerprint verified"))
 
     limit = ctx.profile.gates.rss_per_client_kb_max
     lo, hi = rec.points[0], rec.points[-1]
     span = hi.stations - lo.stations
-    per_client = (hi.rss_kb - lo.rss_kb) / span if span else 0.0
-    gates.append(Gate(name="rss_bounded", passed=per_client <= limit,
-                      evidence=f"RSS {lo.rss_kb} kB@{lo.stations} -> {hi.rss_kb} kB@{hi.stations}: "
-                      f"{per_client:.2f} kB/client (limit {limit:g})"))
+    if span == 0:
+        gates.append(Gate.not_applicable("rss_bounded", f"one client count ({lo.stations}): no "
+                                         f"per-client growth to bound (RSS {hi.rss_kb} kB)"))
+    else:
+        per_client = (hi.rss_kb - lo.rss_kb) / span
+        gates.append(Gate.judged("rss_bounded", per_client <= limit,
+                                 f"RSS {lo.rss_kb} kB@{lo.stations} -> {hi.rss_kb} kB@{hi.stations}: "
+                                 f"{per_client:.2f} kB/client (limit {limit:g})"))
 
-    dropped = [p.stations for p in rec.points if not p.clients_held]
-    held = f"clients lost at {dropped}; " if dropped else "clients held in every window; "
-    gates.append(Gate(name="functional_parity", passed=not dropped and rec.cleanup_count == 0,
-                      evidence=held + f"{rec.cleanup_count} left after disassociation"))
+    if no_clients or not counted:
+        gates.append(Gate.not_applicable(
+            "functional_parity", "the lab has no clients to hold or release" if no_clients
+            else datamodel.NOT_APPLICABLE))
+    else:
+        dropped = [p.stations for p in rec.points if not p.clients_held]
+        held = f"clients lost at {dropped}; " if dropped else "clients held in every window; "
+        gates.append(Gate.judged("functional_parity", not dropped and rec.cleanup_count == 0,
+                                 held + f"{rec.cleanup_count} left after disassociation"))
 
-    failed = [g.name for g in gates if not g.passed]
-    return GateOutput(sweep_id=rec.id, passed=not failed, failed=failed, gates=gates)
+    failed = [g.name for g in gates if g.status == "failed"]
+    na = [g.name for g in gates if g.status == "not_applicable"]
+    return GateOutput(sweep_id=rec.id, passed=not failed and len(na) < len(gates), failed=failed,
+                      not_applicable=na, gates=gates)
 
 
 SPEC = ToolSpec(name="gate_check", description=describe(__doc__), input=GateInput,

@@ -37,6 +37,9 @@ class LabStatusOutput(BaseModel):
     topology: knobs.Topology | None
     associated: dict[str, int] | None = Field(None, description="datamodel count per VAP")
     problems: list[DeviceText] = Field(description="everything not ready for measurement")
+    stray_output: list[DeviceText] = Field(
+        default_factory=list, description="what the DUT printed outside any reply on the command "
+        "channel this session (a login banner, an rc file): discarded from every result")
 
 
 async def run(ctx: LabContext, inp: LabStatusInput) -> LabStatusOutput:
@@ -67,7 +70,8 @@ async def run(ctx: LabContext, inp: LabStatusInput) -> LabStatusOutput:
         target_pid=proc.pid if proc else None, running_version=version,
         board_health=state.board_health, health_reason=state.health_reason,
         flashed_build=state.flashed_build, fingerprint_verified=state.fingerprint_ok(),
-        knobs=states, topology=topo, associated=associated, problems=problems)
+        knobs=states, topology=topo, associated=associated, problems=problems,
+        stray_output=dev.stray_output)
 
 
 SPEC = ToolSpec(name="lab_status", description=describe(__doc__),

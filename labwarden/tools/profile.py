@@ -9,6 +9,7 @@ in artifacts; the result is a summary with the profile id for `symbolize`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import statistics
 import time
@@ -25,7 +26,9 @@ from labwarden.lab import perfcount
 from labwarden.lab.conditions import snapshot
 from labwarden.lab.dut import datamodel, procs, sampler, uprobes
 from labwarden.lab.dut.commands import RunResult
+from labwarden.lab.dut.jobs import DutJobs
 from labwarden.tools import associate
+from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
 
 PERF_RECORD = ["record", "-N", "-z", "--buildid-mmap", "--no-bpf-event", "-e", "cpu-clock",
@@ -97,7 +100,7 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
             raise ToolError("device", f"cannot read /proc/kallsyms: {res.stderr.strip()[:200]}",
                             "symbolize needs kernel symbols: run as root on the DUT")
         Path(kallsyms).write_text(res.stdout)
-    probes = prof.target.uprobes if inp.uprobes else {}
+    probes = await _probe_targets(ctx, prof.target.uprobes, proc.pid) if inp.uprobes else {}
     notes: list[str] = []
     if probes:
         if "uprobes" not in ctx.facts:  # asked once a session: a wedged tracefs costs a timeout
@@ -109,7 +112,11 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
     windows: list[Window] = []
     counting: list[asyncio.Task[RunResult] | None] = []  # each window's perf stat, in order
     try:
-        async with _maybe_probes(ctx, probes) as events:
+        # the jobs block ends first: on a failure or cancel every perf, perf stat and sampler of
+        # this measurement is stopped on the DUT (no SIGHUP is relied on) before the probes
+        # they hold are removed -- tracefs refuses to remove an event that is still open
+        async with _maybe_probes(ctx, probes) as events, \
+                DutJobs(dev, prof.dut.paths.tmp, shield=ctx.shielded) as jobs:
             try:
                 await asyncio.sleep(max(0.0, settled_at - time.monotonic()))
                 for rep in range(inp.reps):
@@ -117,20 +124,20 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
                     await ctx.report(rep, inp.reps, f"{inp.stations} clients: window {rep + 1}/"
                                      f"{inp.reps} ({inp.window_s:g} s)")
                     windows.append(await _window(ctx, inp, proc.pid, rep, events, counting,
-                                                 perf=inp.perf and rep < perf_reps, art=art))
+                                                 perf=inp.perf and rep < perf_reps, art=art,
+                                                 jobs=jobs))
                 for window, stat in zip(windows, counting, strict=True):
                     if stat is not None:
                         window.counters = _counters(await stat, inp.window_s)
             finally:
-                # every perf stat has ended before the probes are removed: tracefs refuses to
-                # remove an event that is still open
                 await _reap(counting)
     except BaseException:
         shutil.rmtree(art, ignore_errors=True)  # no record, so no orphan artifacts either
         raise
     record = ProfileRecord(id=pid, stations=inp.stations, window_s=inp.window_s, kind=kind,
                            build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
-                           target_pid=proc.pid, windows=windows, kallsyms=kallsyms, uprobes=probes,
+                           target_pid=proc.pid, windows=windows, kallsyms=kallsyms,
+                           uprobes={c: f"{b}:{f}" for c, (b, f) in probes.items()},
                            notes=notes)
     store.save("prof", pid, record)
     await ctx.report(inp.reps, inp.reps, f"profile {pid} stored")
@@ -145,12 +152,38 @@ class _NoProbes:
         return None
 
 
-def _maybe_probes(ctx: LabContext, probes: dict[str, str]):  # type: ignore[no-untyped-def]
+def _maybe_probes(ctx: LabContext, probes: dict[str, tuple[str, str]]):  # type: ignore[no-untyped-def]
     if not probes:
         return _NoProbes()
     prof = ctx.profile
-    return uprobes.registered(ctx.device, prof.dut.paths.tracefs, prof.target.library, probes,
-                              ctx.data_dir / "symcache", shield=ctx.shielded)
+    roots = []
+    state = ctx.peek_state()
+    if state.fingerprint_ok() and state.verified_build:  # the running build's symbols
+        with contextlib.suppress(ToolError):
+            roots.append(Path(load_manifest(ctx, state.verified_build).symfs))
+    return uprobes.registered(ctx.device, prof.dut.paths.tracefs, probes,
+                              ctx.data_dir / "symcache", roots, shield=ctx.shielded)
+
+
+async def _probe_targets(ctx: LabContext, probes: dict[str, str], pid: int) -> dict[str, tuple[str, str]]:
+    """counter -> (DUT binary, function): `/path:function` names its binary; a bare function is
+    in [target] library, or else in the target's own executable."""
+    out: dict[str, tuple[str, str]] = {}
+    exe: str | None = None
+    for counter, spec in probes.items():
+        if spec.startswith("/") and ":" in spec:
+            binary, func = spec.rsplit(":", 1)
+        else:
+            binary, func = ctx.profile.target.library or "", spec
+            if not binary:
+                if exe is None:
+                    exe = (await ctx.device.run(["readlink", f"/proc/{pid}/exe"])).stdout.strip()
+                binary = exe
+        if not binary or not func:
+            raise ToolError("invalid_input", f"uprobe {counter} = {spec!r}: no binary or function",
+                            "name `function` or `/dut/path/of/binary:function` in [target] uprobes")
+        out[counter] = (binary, func)
+    return out
 
 
 def _counters(stat: RunResult, window_s: float) -> dict[str, float]:
@@ -170,7 +203,8 @@ def _raise_failed_count(counting: list[asyncio.Task[RunResult] | None], window_s
 
 async def _reap(counting: list[asyncio.Task[RunResult] | None]) -> None:
     """Cancel the perf stats still running (a failed or cancelled measurement), and wait for all
-    of them (a cancelled exec closes its session, and the DUT's sshd hangs perf up)."""
+    of them (a cancelled exec only closes its session: the perf stat itself is stopped on the
+    DUT by the measurement's DutJobs)."""
     running = [t for t in counting if t is not None]
     for stat in running:
         stat.cancel()  # no-op for those already done
@@ -178,34 +212,34 @@ async def _reap(counting: list[asyncio.Task[RunResult] | None]) -> None:
 
 
 async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events: list[str],
-                  counting: list[asyncio.Task[RunResult] | None], perf: bool, art: Path) -> Window:
+                  counting: list[asyncio.Task[RunResult] | None], perf: bool, art: Path,
+                  jobs: DutJobs) -> Window:
     """One window: the sampler and perf record are awaited; the uprobe counters' perf stat is
     started with them and appended to `counting`, for measure() to collect. Opening and closing
     a uprobe perf event costs ~0.1 s of kernel waits each, so waiting for it here would add
     ~0.2 s to every window; instead it closes while the next window runs (its counts cover its
     own window_s, started with this window: bench/loop_overhead.py)."""
     prof, dev = ctx.profile, ctx.device
-    start_count = (await datamodel.count(dev, prof)).get("total", -1)
+    start_count = await datamodel.total(dev, prof)
     perf_opts = " ".join(PERF_RECORD) if perf else None
-    cond = await snapshot(dev, prof, ctx.state, start_count, perf=perf_opts)
+    cond = await snapshot(dev, prof, ctx.state, inp.stations if start_count is None else start_count,
+                          perf=perf_opts)
     secs = f"{inp.window_s:g}"
-    remote = f"{prof.dut.paths.tmp.rstrip('/')}/lw-{art.name}-rep{rep}.perf.data"
+    # in the jobs' dir: a failed or cancelled window's perf.data goes with it, after its perf
+    # was stopped (removing it earlier races a perf that is still starting and creates it)
+    remote = f"{jobs.dir}/lw-{art.name}-rep{rep}.perf.data"
     timeout = inp.window_s + 60
-    jobs = [dev.exec(sampler.argv(pid, int(inp.window_s) + 1), timeout=timeout)]
+    running = [jobs.exec(f"sampler{rep}", sampler.argv(pid, int(inp.window_s) + 1), timeout=timeout)]
     if perf:
-        jobs.append(dev.exec([prof.target.perf, *PERF_RECORD, "-p", str(pid), "-o", remote, "--",
-                              "sleep", secs], timeout=timeout))
+        running.append(jobs.exec(f"record{rep}", [prof.target.perf, *PERF_RECORD, "-p", str(pid),
+                                                  "-o", remote, "--", "sleep", secs],
+                                 timeout=timeout))
     started = datetime.now(UTC)
     t0 = time.monotonic()
-    counting.append(asyncio.ensure_future(dev.exec(
-        [prof.target.perf, *perfcount.perf_stat_argv(events, pid, inp.window_s)[1:]],
+    counting.append(asyncio.ensure_future(jobs.exec(
+        f"stat{rep}", [prof.target.perf, *perfcount.perf_stat_argv(events, pid, inp.window_s)[1:]],
         timeout=timeout)) if events else None)
-    try:
-        results = await asyncio.gather(*jobs)
-    except BaseException:
-        if perf:  # cancelled or failed mid-window: leave no perf.data behind on the DUT
-            await ctx.shielded(dev.run(["rm", "-f", remote]))
-        raise
+    results = await asyncio.gather(*running)
     duration = time.monotonic() - t0
     sampled = sampler.parse(results[0].stdout)
     if len(sampled.samples) < 2:
@@ -224,7 +258,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
             perf_path, perf_bytes = str(local), local.stat().st_size
         finally:  # shielded, as above: also when cancelled during the download
             await ctx.shielded(dev.run(["rm", "-f", remote]))
-    end_count = (await datamodel.count(dev, prof)).get("total", -1)
+    end_count = await datamodel.total(dev, prof)
     clk = cond.clk_tck or 100
     return Window(rep=rep, started_at=started, duration_s=round(duration, 3),
                   cpu_pct=round(sampled.cpu_mean(clk), 3) if not sampled.restarted() else 0.0,
@@ -242,7 +276,7 @@ def summarize(record: ProfileRecord) -> ProfileOutput:
     warnings = list(record.notes)
     if any(w.restarted for w in record.windows):
         warnings.append("the target restarted during a window: its CPU is not comparable")
-    if any(w.datamodel_end != record.stations for w in record.windows):
+    if any(w.datamodel_end not in (None, record.stations) for w in record.windows):
         warnings.append("clients were lost during a window (datamodel count changed)")
     names = sorted({k for w in record.windows for k in w.counters})
     perf_sizes = [w.perf_bytes / w.duration_s for w in record.windows if w.perf_bytes]

@@ -47,7 +47,8 @@ class SweepOutput(BaseModel):
     label: str | None
     build_id: str | None
     points: list[SweepPoint]
-    cleanup_count: int
+    cleanup_count: int | None = Field(description="the DUT's client count after disassociating "
+                                      "(None: the DUT has no clients reader)")
     idle_note: str | None
 
 
@@ -74,11 +75,12 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
                 cpu_stdev=summary.cpu_pct.stdev, cpu_per_rep=summary.cpu_pct.per_rep,
                 idle_cpu_mean=summary.cpu_pct.mean if inp.idle_baseline else None,
                 counters=summary.counters, rss_kb=summary.rss_kb, per_radio=assoc.per_radio,
-                clients_held=all(w.datamodel_start == n == w.datamodel_end for w in rec.windows)))
+                clients_held=all(w.datamodel_start in (None, n) and w.datamodel_end in (None, n)
+                                 for w in rec.windows)))
     finally:  # shielded: a cancelled sweep (anyio cancels every await in its scope) must still
         # leave the DUT with no clients
         await ctx.shielded(associate.run(ctx, associate.AssociateInput(stations=0)))
-    cleanup = (await datamodel.count(ctx.device, ctx.profile)).get("total", -1)
+    cleanup = await datamodel.total(ctx.device, ctx.profile)
     record = SweepRecord(id=sid, label=inp.label, started_at=started, window_s=inp.window_s, reps=inp.reps,
                          build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
                          points=points, cleanup_count=cleanup,

@@ -148,9 +148,17 @@ def conditions_problem(ev: ToolCalled) -> str | None:
     why = []
     if c.fingerprint_verified is not True:
         why.append(f"fingerprint not verified ({c.fingerprint_verified})")
-    if not c.governors or any(g != "performance" for g in c.governors):
+    na = c.not_applicable or {}
+    if "governor" in na:  # recorded as absent: fine only if no governor was read either
+        if c.governors:
+            why.append(f"governor recorded not applicable ({na['governor']}) yet read as "
+                       f"{c.governors}")
+    elif not c.governors or any(g != "performance" for g in c.governors):
         why.append(f"governors not all pinned to performance ({c.governors})")
-    if not _boost_off(c.boost):
+    if "boost" in na:
+        if not (isinstance(c.boost, str) and c.boost.startswith("n/a")):
+            why.append(f"boost recorded not applicable ({na['boost']}) yet read as {c.boost!r}")
+    elif not _boost_off(c.boost):
         why.append(f"boost not off ({c.boost!r})")
     return f"measurement by {ev.call.tool}: " + "; ".join(why) if why else None
 

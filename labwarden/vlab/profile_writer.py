@@ -30,6 +30,8 @@ data_dir = {_q(str(layout.data_dir))}
 
 [dut]
 backend = "ssh"
+# every DUT command gets this environment (no login shell runs, so nothing else sets PATH)
+env = {{ {", ".join(f"{k} = {_q(v)}" for k, v in layout.dut_env().items() if k != "HOME")} }}
 
 [dut.ssh]
 host = "127.0.0.1"
@@ -59,7 +61,7 @@ patches_dirs = {json.dumps([str(d) for d in firmware.patches_dirs(layout)])}
 baseline = {_q(manifest.build_id)}
 
 [flash]
-method = "sysupgrade"
+kind = "vlab"
 command = ["sysupgrade"]
 timeout_s = 60
 
@@ -79,8 +81,10 @@ process = "stad"
 library = {_q(str(layout.rootfs / "usr" / "lib" / "libsta.so"))}
 suspects = ["stamon"]
 uprobes = {{ rpc_calls = "getStationStats", dm_write_txns = "dm_finalize_transaction" }}
-rpc_client = "stacli"
 pidfiles = {{ {", ".join(f"{n} = {_q(str(layout.run_dir / (n + '.pid')))}" for n in SERVICES)} }}
+
+[readers]
+clients = ["stacli", "--socket", {_q(str(layout.socket))}, "count"]
 
 [topology]
 vaps = {json.dumps(vaps)}

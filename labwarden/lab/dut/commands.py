@@ -12,12 +12,20 @@ import asyncio
 import shlex
 import signal as _signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import asyncssh
 from pydantic import BaseModel, Field
 
-from labwarden.lab.dut.channel import Capture, ChannelBroken, ShellChannel, both, command_line, read_to_eof
+from labwarden.lab.dut.channel import (
+    Capture,
+    ChannelBroken,
+    ShellChannel,
+    both,
+    command_line,
+    env_line,
+    read_to_eof,
+)
 from labwarden.lab.dut.connection import Connection
 from labwarden.lab.dut.errors import (
     AuthRefused,
@@ -64,11 +72,17 @@ def _result(argv: Sequence[str], status: int, out: Capture, err: Capture, t0: fl
 class Commands:
     """Runs argv on the DUT behind `connection`; owns the persistent channel."""
 
-    def __init__(self, connection: Connection):
+    def __init__(self, connection: Connection, env: Mapping[str, str] | None = None):
+        """`env`: the DUT environment every command gets (the lab profile's `[dut] env`), on the
+        channel and on every exec alike; None keeps what the DUT's sshd gives a session."""
         self.connection = connection
         self.addr = connection.addr
+        self.env = dict(env or {})
+        self._env_prefix = env_line(self.env)  # validated here, before any connect
         self._channel: ShellChannel | None = None  # unusable once its connection closes
         self._lock = asyncio.Lock()
+        self.stray: list[str] = []
+        """Stray output seen on the command channel (discarded from replies), most recent last."""
 
     async def run(self, argv: Sequence[str], *, timeout: float = 30, cap: int = 65536,
                   check: bool = False) -> RunResult:
@@ -82,8 +96,11 @@ class Commands:
                 async with asyncio.timeout(timeout):
                     if self._channel is None or not self._channel.usable:
                         self.close()
-                        self._channel = await ShellChannel.open(conn)
-                    status, out, err = await self._channel.request(argv, cap)
+                        self._channel = await ShellChannel.open(conn, self.env)
+                    try:
+                        status, out, err = await self._channel.request(argv, cap)
+                    finally:
+                        self._collect_stray()
             except TimeoutError as exc:
                 self.close()
                 raise self._timeout(argv, timeout, "its channel was closed") from exc
@@ -103,6 +120,8 @@ class Commands:
     async def exec(self, argv: Sequence[str], *, timeout: float = 30, cap: int = 65536) -> RunResult:
         """Run argv as a fresh SSH exec (for long or background work); stdin is empty."""
         line = command_line(argv)
+        if self._env_prefix:  # sshd runs the line with the user's shell -c: no profile, no rc
+            line = f"{self._env_prefix}; {line}"
         _check_limits(timeout, cap)
         conn = await self.connection.ensure()
         out, err = Capture(cap), Capture(cap)
@@ -126,10 +145,10 @@ class Commands:
             if proc is not None:
                 proc.close()
             raise
-        if proc.exit_status is not None:
-            status = proc.exit_status
-        elif proc.exit_signal is not None:
+        if proc.exit_signal is not None:  # asyncssh then reports exit_status -1
             status = 128 + getattr(_signal, f"SIG{proc.exit_signal[0]}", 0)
+        elif proc.exit_status is not None:
+            status = proc.exit_status
         else:
             raise self._lost(argv, ChannelBroken("the session closed without an exit status"))
         return _result(argv, status, out, err, t0)
@@ -158,8 +177,15 @@ class Commands:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
+    def _collect_stray(self) -> None:
+        if self._channel is not None and self._channel.stray:
+            self.stray = (self.stray + self._channel.stray)[-10:]
+            self._channel.stray.clear()
+
     def close(self) -> None:
-        """Close the channel (the DUT's sshd hangs up its shell); the next run opens a fresh one."""
+        """Close the channel; the next run opens a fresh one. A command it was running is not
+        stopped by this (OpenSSH and dropbear hang up only sessions with a terminal): long work
+        runs as a stoppable job (jobs.py)."""
         if self._channel is not None:
             self._channel.close()
             self._channel = None
@@ -167,7 +193,8 @@ class Commands:
     def _timeout(self, argv: Sequence[str], timeout: float, what: str) -> CommandTimeout:
         return CommandTimeout(
             f"`{_describe(argv)}` did not finish within {timeout:g} s on {self.addr}; {what} "
-            "(the DUT's sshd hung the command up with SIGHUP)",
+            "(the command itself may still run on the DUT: sshd hangs up only sessions with a "
+            "terminal)",
             "pass a larger timeout=, or start long work with Device.exec; the next call opens a "
             "fresh channel")
 

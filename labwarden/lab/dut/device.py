@@ -9,7 +9,7 @@ files.py (SFTP), pids.py (pidof, signals). Every failure is a DeviceError (error
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -25,12 +25,15 @@ class Device:
 
     Satisfies labwarden.lab.dut.protocol.DutAccess (tests/test_dut_protocol.py checks it)."""
 
-    def __init__(self, target: SshEndpoint, *, connect_timeout: float = 10, retries: int = 3):
+    def __init__(self, target: SshEndpoint, *, connect_timeout: float = 10, retries: int = 3,
+                 env: Mapping[str, str] | None = None):
         """`target` is the DUT's SSH endpoint (not the profile's `[target]`, the measured process);
-        `retries` is the number of connection attempts before Unreachable (at least one).
-        A missing or malformed host key pin raises DeviceError here, before any connect."""
+        `retries` is the number of connection attempts before Unreachable (at least one); `env`
+        is exported for every command, on the channel and each exec (the profile's `[dut] env`:
+        PATH above all, since no login shell runs). A missing or malformed host key pin raises
+        DeviceError here, before any connect; a bad env name raises ValueError."""
         self._connection = Connection(target, connect_timeout=connect_timeout, retries=retries)
-        self._commands = Commands(self._connection)
+        self._commands = Commands(self._connection, env)
         self._files = Files(self._connection, self._commands)
 
     @property
@@ -42,6 +45,12 @@ class Device:
     def addr(self) -> str:
         """`host:port`, as messages name the DUT."""
         return self._connection.addr
+
+    @property
+    def stray_output(self) -> list[str]:
+        """What the DUT printed outside any reply on the command channel (a login banner, an rc
+        file): discarded from command output, kept here (most recent last) to be reported."""
+        return list(self._commands.stray)
 
     @property
     def connect_timeout(self) -> float:

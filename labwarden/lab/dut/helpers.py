@@ -4,9 +4,11 @@ the DUT's tmp dir.
 A helper is built once per (source, compiler) into the lab's data dir and uploaded by SFTP only
 when the DUT's copy is missing or its sha256 differs, so repeated calls cost one `sha256sum`.
 
-Compiler: `cc` from PATH, which fits the vlab (the DUT is this host). A real DUT needs the
-profile's cross compiler; the profile has no key for it yet, so that is left to whoever adds one
-(pass `compiler=`).
+Toolchain: the profile's `[build] cc` and `strip` -- `cc` and `strip` from PATH by default,
+which fits the vlab (the DUT is this host); a router needs its firmware's cross compiler
+(`aarch64-linux-gnu-gcc`, a MIPS OpenWrt SDK's gcc). The helper is plain C99 + Linux syscalls,
+so any of them builds it; tests/test_portable_dut.py builds an aarch64 one and runs it under
+qemu-aarch64.
 """
 
 from __future__ import annotations
@@ -39,15 +41,20 @@ def source(name: str) -> bytes:
         raise ValueError(f"unknown DUT helper {name!r}; helpers: {', '.join(HELPERS)}") from None
 
 
-def build(name: str, out_dir: Path, compiler: str = "cc") -> Path:
-    """Compile helper `name` into out_dir (cached by sha256 of source, compiler and flags)."""
+def build(name: str, out_dir: Path, compiler: str = "cc", strip: str | None = None) -> Path:
+    """Compile helper `name` into out_dir (cached by sha256 of source, toolchain and flags);
+    `strip` (the same toolchain's) makes the copy sent to the DUT small."""
     cc = shutil.which(compiler)
     if cc is None:
         raise HelperBuildError(f"no C compiler {compiler!r} in PATH to build the DUT helper {name}",
-                               "install gcc (`apt-get install gcc`), or pass the DUT's cross "
-                               "compiler")
+                               "install it, or set [build] cc in the lab profile to the DUT's "
+                               "cross compiler (e.g. aarch64-linux-gnu-gcc)")
+    strip_bin = shutil.which(strip) if strip else None
+    if strip and strip_bin is None:
+        raise HelperBuildError(f"no {strip!r} in PATH to strip the DUT helper {name}",
+                               "set [build] strip in the lab profile to the toolchain's strip")
     src = source(name)
-    key = hashlib.sha256(src + "\0".join([cc, *CFLAGS]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(src + "\0".join([cc, str(strip_bin), *CFLAGS]).encode()).hexdigest()[:16]
     binary = out_dir / f"{name}-{key}"
     if binary.is_file():
         return binary
@@ -60,13 +67,20 @@ def build(name: str, out_dir: Path, compiler: str = "cc") -> Path:
     if res.returncode != 0:
         raise HelperBuildError(f"{compiler} failed on {HELPERS[name]}: {res.stderr.strip()[-400:]}",
                                "fix the helper source, or check the compiler")
+    if strip_bin is not None:
+        res = subprocess.run([strip_bin, str(tmp)], capture_output=True, text=True, timeout=60)
+        if res.returncode != 0:
+            raise HelperBuildError(f"{strip} failed on {name}: {res.stderr.strip()[-300:]}",
+                                   "set [build] strip to the strip of the same toolchain as cc")
     tmp.replace(binary)
     return binary
 
 
-async def ensure(dev: Device, profile: LabProfile, name: str, compiler: str = "cc") -> str:
-    """The helper's path on the DUT, built and uploaded if missing or different."""
-    local = await asyncio.to_thread(build, name, profile.data_dir() / "dut-helpers", compiler)
+async def ensure(dev: Device, profile: LabProfile, name: str) -> str:
+    """The helper's path on the DUT, built with the profile's toolchain and uploaded if missing
+    or different."""
+    local = await asyncio.to_thread(build, name, profile.data_dir() / "dut-helpers",
+                                    profile.build.cc, profile.build.strip)
     want = await asyncio.to_thread(lambda: hashlib.sha256(local.read_bytes()).hexdigest())
     remote = f"{profile.dut.paths.tmp.rstrip('/')}/{name}"
     if (await dev.sha256([remote]))[remote] != want:

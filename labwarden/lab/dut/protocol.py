@@ -21,21 +21,25 @@ from labwarden.lab.dut.commands import RunResult
 class DutAccess(Protocol):
     """One DUT: commands, files and processes over one kept-warm connection.
 
-    The persistent command channel (`run`): one long-lived `/bin/sh` session on the connection.
-    Each request is one write to its stdin: the argv with every element single-quoted -- always,
-    even where `shlex.quote` would leave a word bare (`if` or `a=b` as argv[0] would otherwise be
-    shell syntax or an assignment) -- run in a subshell with `</dev/null` (so `exit`, `cd`,
-    `exec` as argv[0] cannot hurt the channel), followed by a per-request random marker printed
-    on stdout with the exit status and on stderr. The client reads both streams up to the marker,
-    counts their bytes and keeps at most `cap` of each. Requests are serialised (one at a time;
-    concurrent callers wait). A timeout, a broken channel or a cancelled request closes the
+    The persistent command channel (`run`): one long-lived `/bin/sh` session on the connection,
+    asked for as a command (`exec /bin/sh -s`), so the DUT's sshd never starts a login shell and
+    /etc/profile never runs; the environment the profile names (`[dut] env`) is exported once
+    when it opens, and every `exec` gets the same. Each request is one write to its stdin: a
+    random start marker (printed on stdout and stderr), the argv with every element
+    single-quoted -- always, even where `shlex.quote` would leave a word bare (`if` or `a=b` as
+    argv[0] would otherwise be shell syntax or an assignment) -- run in a subshell with
+    `</dev/null` (so `exit`, `cd`, `exec` as argv[0] cannot hurt the channel), then an end marker
+    with the exit status. The client reads both streams between the markers, counts their bytes
+    and keeps at most `cap` of each; what arrives before a start marker (a banner, an rc file's
+    output) is discarded and reported (`Device.stray_output`). Requests are serialised (one at a
+    time; concurrent callers wait). A timeout, a broken channel or a cancelled request closes the
     channel and the next request opens a fresh one. Only POSIX sh and printf are needed on the
-    DUT (busybox ash is enough). Warm round trip: ~1 ms p50 on the vlab (bench/device_rtt.py).
+    DUT (busybox ash is enough). Warm round trip: ~1 ms p50 (bench/device_rtt.py).
 
-    Closing a channel or session (a timeout, a cancel) does not reliably stop what it runs: the
-    vlab's sshd hangs the session's process group up with SIGHUP, but OpenSSH and dropbear send
-    SIGHUP only to sessions with a terminal, and these have none. Work that must end with its
-    session needs its own dead-man (lw_pause.c also watches its stdout and its parent).
+    Closing a channel or session (a timeout, a cancel) does not stop what it runs: the vlab's
+    sshd hangs the session's process group up with SIGHUP, but OpenSSH and dropbear send SIGHUP
+    only to sessions with a terminal, and these have none. Long work runs as a job (jobs.py: a
+    pid file in the DUT's tmp) that labwarden stops itself over a fresh command.
     """
 
     async def connect(self) -> None:

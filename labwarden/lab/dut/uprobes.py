@@ -1,13 +1,15 @@
-"""uprobes on the DUT: offsets from the DUT's own library file (fetched once, cached by sha256),
-registered in the DUT's tracefs with an argv (the line is data, never shell text), removed in
-`finally` -- also when the measurement fails or is cancelled."""
+"""uprobes on the DUT: offsets from the DUT's own binary (fetched once, cached by sha256) and the
+build's debug symbols (a function need not be exported), registered in the DUT's tracefs with an
+argv (the line is data, never shell text), removed in `finally` -- also when the measurement
+fails or is cancelled. Every offset is resolved before the first registration: an unknown
+symbol is refused with nothing registered."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 from labwarden.lab import elfsym, perfcount
@@ -25,7 +27,8 @@ _APPEND = ["sh", "-c", 'printf "%s\\n" "$1" >> "$2"', "lw-uprobe"]
 async def _local_copy(dev: Device, remote: str, cache: Path) -> Path:
     sha = (await dev.sha256([remote])).get(remote)
     if sha is None:
-        raise DeviceError(f"{remote} does not exist on the DUT", "check [target] library in the profile")
+        raise DeviceError(f"{remote} does not exist on the DUT", "check [target] library and "
+                          "uprobes in the profile", kind="invalid_input")
     local = cache / sha / Path(remote).name
     if not local.exists():
         local.parent.mkdir(parents=True, exist_ok=True)
@@ -34,22 +37,31 @@ async def _local_copy(dev: Device, remote: str, cache: Path) -> Path:
 
 
 @contextlib.asynccontextmanager
-async def registered(dev: Device, tracefs: str, library: str, probes: dict[str, str],
-                     cache: Path, shield: Shield = asyncio.shield) -> AsyncIterator[list[str]]:
-    """Register {counter: function} on `library`; yields perf event names
-    `labwarden:counter_<token>` (strip with `counter_name`). tracefs is global to the kernel: the
-    token keeps two sessions on one host (several vlabs) from colliding on a name."""
-    local = await _local_copy(dev, library, cache)
-    events = f"{tracefs.rstrip('/')}/uprobe_events"
+async def registered(dev: Device, tracefs: str, probes: dict[str, tuple[str, str]], cache: Path,
+                     symfs_roots: Sequence[Path] = (),
+                     shield: Shield = asyncio.shield) -> AsyncIterator[list[str]]:
+    """Register {counter: (DUT binary, function)}; yields perf event names
+    `labwarden:counter_<token>` (strip with `counter_name`). `symfs_roots`: the build's symfs,
+    whose debug files name the functions a stripped binary does not. tracefs is global to the
+    kernel: the token keeps two sessions on one host (several vlabs) from colliding on a name."""
+    lines: list[tuple[str, str, str]] = []  # (name, line, what) -- all resolved before registering
     token = secrets.token_hex(3)
+    copies: dict[str, Path] = {}
+    for counter, (binary, func) in probes.items():
+        if binary not in copies:
+            copies[binary] = await _local_copy(dev, binary, cache)
+        local = copies[binary]
+        offset = await asyncio.to_thread(elfsym.symbol_offset, local, func,
+                                         elfsym.debug_files(local, symfs_roots))
+        name = f"{counter}_{token}"
+        lines.append((name, perfcount.probe_line(name, Path(binary), offset), f"{counter} ({func})"))
+    events = f"{tracefs.rstrip('/')}/uprobe_events"
     done: list[str] = []
     try:
-        for counter, func in probes.items():
-            name = f"{counter}_{token}"
-            line = perfcount.probe_line(name, Path(library), elfsym.dynsym_offset(local, func))
+        for name, line, what in lines:
             res = await dev.run([*_APPEND, line, events], timeout=10)
             if res.exit_status != 0:
-                raise DeviceError(f"cannot register uprobe {counter} ({func}): {res.stderr.strip()[:200]}",
+                raise DeviceError(f"cannot register uprobe {what}: {res.stderr.strip()[:200]}",
                                   f"is tracefs mounted at {tracefs} and are you root on the DUT?")
             done.append(name)
         yield [f"{perfcount.GROUP}:{n}" for n in done]

@@ -51,6 +51,12 @@ class BuildRecipe(BaseModel):
     artifacts: dict[str, str] = Field(description="output file (relative to {out}) -> path inside rootfs")
     extra_outputs: list[str] = Field(default_factory=list, description="outputs kept beside the image")
     patches_dirs: list[Path] = Field(default_factory=list, description="where patch ids are looked up")
+    strip: str = Field("strip", description="the toolchain's strip ([build] strip); its objcopy "
+                       "is the same name with objcopy for strip")
+
+    def objcopy(self) -> str:
+        head, sep, _ = self.strip.rpartition("strip")
+        return f"{head}objcopy" if sep else "objcopy"
 
 
 class Artifact(BaseModel):
@@ -75,7 +81,8 @@ def recipe_of(section: BuildSection, rootfs: str) -> BuildRecipe:
     return BuildRecipe(repo=Path(section.repo).expanduser(), builds=Path(section.builds).expanduser(),
                        rootfs=rootfs, command=section.command, artifacts=section.artifacts,
                        extra_outputs=section.extra_outputs,
-                       patches_dirs=[Path(d).expanduser() for d in section.patches_dirs])
+                       patches_dirs=[Path(d).expanduser() for d in section.patches_dirs],
+                       strip=section.strip)
 
 
 def git(repo: Path, *args: str) -> str:
@@ -205,8 +212,8 @@ def _package(recipe: BuildRecipe, out: Path, key: str, base: str, git_hash: str,
         dut_path = str(Path(recipe.rootfs) / rel.lstrip("/"))
         debug = symfs / "usr" / "lib" / "debug" / ".build-id" / bid[:2] / f"{bid[2:]}.debug"
         debug.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["objcopy", "--only-keep-debug", str(built), str(debug)], check=True)
-        subprocess.run(["strip", "--strip-unneeded", "-o", str(dest), str(built)], check=True)
+        subprocess.run([recipe.objcopy(), "--only-keep-debug", str(built), str(debug)], check=True)
+        subprocess.run([recipe.strip, "--strip-unneeded", "-o", str(dest), str(built)], check=True)
         in_symfs = symfs / dut_path.lstrip("/")
         in_symfs.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(dest, in_symfs)

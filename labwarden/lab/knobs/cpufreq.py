@@ -64,7 +64,9 @@ class Boost(Knob):
         return f"{cpufreq_dir(self.profile.dut.paths.sysfs)}/cpufreq/boost"
 
     async def available(self) -> str | None:
-        return await self.missing(self.path, "cpufreq boost on this DUT")
+        gov = f"{cpufreq_dir(self.profile.dut.paths.sysfs)}/cpu0/cpufreq/scaling_governor"
+        return (await self.missing(gov, "cpufreq on this DUT")
+                or await self.missing(self.path, "cpufreq boost on this DUT"))
 
     async def read(self) -> KnobState:
         val = (await self.dev.read_file(self.path)).decode().strip()

@@ -43,6 +43,8 @@ class RadioTopology(Knob):
         return f"{self.profile.dut.paths.config}/wireless"
 
     async def available(self) -> str | None:
+        if self.profile.topology is None:  # the reader is declared by the profile, or absent
+            return "no [topology] in the lab profile"
         return await self.missing(self.path, "wireless config")
 
     async def topology(self) -> Topology:
@@ -54,26 +56,18 @@ class RadioTopology(Knob):
             channels={s.name: s.options.get("channel", "auto") for s in secs if s.type == "wifi-device"})
 
     def judge(self, topo: Topology) -> KnobState:
-        radios = self.profile.load.radios
         want = self.profile.topology
+        assert want is not None  # available() says not applicable without it
         problems = []
-        if want is not None:
-            off = [v for v in want.vaps if v not in topo.vaps_enabled]
-            if off:
-                problems.append(f"VAPs disabled: {' '.join(off)}")
-            wrong = [f"{r}={topo.channels.get(r, '?')} (want {ch})" for r, ch in want.channels.items()
-                     if topo.channels.get(r) != ch]
-            if wrong:
-                problems.append("channels " + ", ".join(wrong))
-        else:
-            if len(topo.vaps_enabled) != radios:
-                problems.append(f"{len(topo.vaps_enabled)} of {radios} VAPs enabled "
-                                f"(disabled: {' '.join(topo.vaps_disabled) or 'none'})")
-            unpinned = [r for r, ch in topo.channels.items() if ch == "auto"]
-            if unpinned:
-                problems.append(f"channels unpinned on {' '.join(unpinned)}")
-        return KnobState(name=self.name, value="; ".join(problems) or f"{radios} VAPs, channels pinned",
-                         ok=not problems,
+        off = [v for v in want.vaps if v not in topo.vaps_enabled]
+        if off:
+            problems.append(f"VAPs disabled: {' '.join(off)}")
+        wrong = [f"{r}={topo.channels.get(r, '?')} (want {ch})" for r, ch in want.channels.items()
+                 if topo.channels.get(r) != ch]
+        if wrong:
+            problems.append("channels " + ", ".join(wrong))
+        return KnobState(name=self.name, value="; ".join(problems) or
+                         f"{len(want.vaps)} VAPs, channels pinned", ok=not problems,
                          advice=None if not problems else "re-enable the scaling VAPs and pin channels")
 
     async def read(self) -> KnobState:

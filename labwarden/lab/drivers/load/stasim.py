@@ -1,0 +1,27 @@
+"""`[load] kind = "stasim"`: the vlab's station simulator on this host (lab/host/stasim.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import ClassVar
+
+from labwarden.lab.config import StasimLoad
+from labwarden.lab.drivers.load.base import LoadError
+from labwarden.lab.host import stasim
+
+
+class Stasim:
+    kind: ClassVar[str] = "stasim"
+
+    def __init__(self, section: StasimLoad):
+        self.section = section
+        self.radios = section.radios
+
+    async def hold(self, clients: int) -> None:
+        try:
+            await asyncio.to_thread(stasim.StasimLoad.of(self.section).hold, clients)
+        except stasim.LoadError as exc:
+            raise LoadError(exc.problem, exc.remedy) from exc
+
+    def where(self) -> str:
+        return f"the load generator log {self.section.log}"

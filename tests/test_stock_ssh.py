@@ -1,0 +1,251 @@
+"""The vlab reached through Debian's OpenSSH sshd and through dropbear (real servers on
+127.0.0.1, busybox ash as root's login shell, an OpenWrt /etc/profile that prints a banner and
+resets PATH): no command's output carries the banner, PATH comes from the profile, and the
+fingerprint is read from the running image, not from what a login shell printed.
+
+Nothing is mocked: the servers are Debian's binaries in a mount namespace of their own
+(labwarden.vlab.stockssh); skipped, with the reason, where they cannot run (not root, or the
+packages are missing: `make setup` installs them)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from labwarden.lab.boardstate import BoardState
+from labwarden.lab.dut.device import Device
+from labwarden.vlab import stockssh
+from labwarden.vlab.layout import VlabLayout
+from tests import stockdut
+from tests.tooling import baseline, call
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module", params=stockssh.SERVERS)
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+           vlab: VlabLayout) -> Iterator[stockssh.StockSsh]:
+    yield from stockdut.serve(request.param, tmp_path_factory.mktemp(request.param))
+
+
+async def _login_shell_output(server: stockssh.StockSsh) -> str:
+    """What a session without a command prints (a login shell: /etc/profile runs)."""
+    async with asyncssh.connect("127.0.0.1", server.port, username="root",
+                                client_keys=[str(server.client_key)], known_hosts=None,
+                                server_host_key_algs=["ssh-ed25519"]) as conn:
+        proc = await conn.create_process(None, encoding=None)
+        proc.stdin.write(b'echo "PATH=$PATH"; exit\n')
+        return (await asyncio.wait_for(proc.stdout.read(), 10)).decode()
+
+
+async def test_the_fixture_is_a_login_shell_that_prints_a_banner(server: stockssh.StockSsh) -> None:
+    """The trap is real: a shell session prints the banner and resets PATH."""
+    text = await _login_shell_output(server)
+    assert "r23809-234f1a2efa" in text
+    assert "PATH=/usr/sbin:/usr/bin:/sbin:/bin" in text
+
+
+async def test_no_banner_in_any_output_and_path_from_the_profile(server: stockssh.StockSsh) -> None:
+    env = {"PATH": "/opt/nowhere:/usr/bin:/bin", "LW_PROBE": "it's here"}
+    async with Device(server.endpoint(), env=env) as dev:
+        first = await dev.run(["cat", "/proc/sys/kernel/random/boot_id"])
+        assert first.stdout == server.boot_id_file.read_text()  # nothing before, nothing after
+        for method in (dev.run, dev.exec):
+            res = await method(["sh", "-c", 'echo "$PATH|$LW_PROBE"; sh --help 2>&1 | head -n 1'])
+            path, shell = res.stdout.splitlines()
+            assert path == "/opt/nowhere:/usr/bin:/bin|it's here"
+            assert shell.startswith("BusyBox")  # the DUT's sh is busybox ash
+        assert dev.stray_output == []
+
+
+async def test_stray_output_is_discarded_and_reported(server: stockssh.StockSsh) -> None:
+    """A background writer prints between two requests: not part of the next reply."""
+    async with Device(server.endpoint()) as dev:
+        await dev.run(["sh", "-c", "(sleep 0.2; echo STRAY-LINE; echo STRAY-ERR >&2) &"])
+        await asyncio.sleep(0.5)
+        res = await dev.run(["echo", "mine"])
+        assert res.stdout == "mine\n" and res.stderr == ""
+        assert any("STRAY-LINE" in s for s in dev.stray_output)
+        assert any("STRAY-ERR" in s for s in dev.stray_output)
+
+
+async def test_fingerprint_and_load_through_the_stock_server(server: stockssh.StockSsh,
+                                                           vlab: VlabLayout) -> None:
+    """The issue's first failure: stacli 'command not found' and the banner's revision read as
+    the running git hash. Through the stock server, both work as on the vlab's own sshd."""
+    prof = stockdut.behind(vlab, server)
+    rec = await call(vlab, "fingerprint_verify", {"build_id": baseline(vlab)}, profile=prof)
+    assert rec.ok, rec.error
+    assert rec.result is not None and rec.result["verified"], rec.result
+    assert rec.result["git_hash_running"] == rec.result["git_hash_expected"]
+    status = await call(vlab, "lab_status", profile=prof)
+    assert status.ok and status.result is not None
+    assert status.result["fingerprint_verified"] is True
+    assert "total" in status.result["associated"]  # stacli found through the profile's PATH
+    assert not [p for p in status.result["problems"] if "not running" in p]
+
+
+async def test_a_failed_check_revokes_verified(server: stockssh.StockSsh, vlab: VlabLayout) -> None:
+    """fingerprint_verify of a build that does not run says verified: false, and lab_status no
+    longer reports the earlier verification; an unreadable check revokes it too."""
+    prof = stockdut.behind(vlab, server)
+    good = baseline(vlab)
+    assert (await call(vlab, "fingerprint_verify", {"build_id": good}, profile=prof)).ok
+    assert BoardState.load(vlab.data_dir).fingerprint_ok()
+
+    # a build whose manifest names a file the DUT does not have: the check fails
+    builds = Path(prof.build.builds)
+    fake = "f" * 16
+    (builds / fake).mkdir(exist_ok=True)
+    manifest = (builds / good / "manifest.json").read_text().replace(good, fake)
+    (builds / fake / "manifest.json").write_text(manifest.replace('"git_hash": "', '"git_hash": "0'))
+    try:
+        bad = await call(vlab, "fingerprint_verify", {"build_id": fake}, profile=prof)
+        assert bad.ok and bad.result is not None and bad.result["verified"] is False
+        status = await call(vlab, "lab_status", profile=prof)
+        assert status.result is not None and status.result["fingerprint_verified"] is False
+        assert not BoardState.load(vlab.data_dir).fingerprint_ok()
+
+        # verified again, then a check that cannot read the DUT: no sha256sum in its PATH
+        assert (await call(vlab, "fingerprint_verify", {"build_id": good}, profile=prof)).ok
+        assert BoardState.load(vlab.data_dir).fingerprint_ok()
+        blind = prof.model_copy(deep=True)
+        blind.dut.env = {**prof.dut.env, "PATH": "/nonexistent"}
+        failed = await call(vlab, "fingerprint_verify", {"build_id": good}, profile=blind)
+        assert not failed.ok and failed.error is not None
+        assert "sha256sum" in failed.error.message
+        assert not BoardState.load(vlab.data_dir).fingerprint_ok()
+    finally:
+        shutil.rmtree(builds / fake, ignore_errors=True)
+    # leave the vlab verified for the next test
+    assert (await call(vlab, "fingerprint_verify", {"build_id": good}, profile=prof)).ok
+
+
+_DUT_PROCS = r"""
+for d in /proc/[0-9]*; do
+  read -r st < "$d/stat" 2>/dev/null || continue
+  r="${st##*)}"; set -- $r
+  c=$(tr '\0\n' '  ' < "$d/cmdline" 2>/dev/null) || continue
+  echo "${d#/proc/} $2 $c"
+done
+exit 0
+"""
+"""Every process on the DUT: pid, ppid, command line."""
+
+
+async def _leftovers(dev: Device, vlab: VlabLayout) -> tuple[list[str], list[str]]:
+    """The measurement's processes on the DUT (perf, the sampler, and their children: anything
+    naming the target's pid) and the vlab's uprobes, as the DUT lists them."""
+    target = (vlab.run_dir / "stad.pid").read_text().split()[0]
+    rows = [ln.split(" ", 2) for ln in
+            (await dev.run(["sh", "-c", _DUT_PROCS])).stdout.splitlines() if ln.count(" ") >= 2]
+    ours = {pid for pid, _pp, cmd in rows
+            if f" {target} " in f" {cmd} " and ("perf" in cmd or "lw-sampler" in cmd)}
+    grown = True
+    while grown:
+        more = {pid for pid, pp, _c in rows if pp in ours} - ours
+        grown, ours = bool(more), ours | more
+    running = [f"{pid} {cmd}" for pid, _pp, cmd in rows if pid in ours]
+    events = (await dev.run(["cat", "/sys/kernel/tracing/uprobe_events"])).stdout
+    return running, [ln for ln in events.splitlines() if str(vlab.root) in ln]
+
+
+async def test_cancel_mid_window_stops_everything_within_2s(server: stockssh.StockSsh,
+                                                            vlab: VlabLayout) -> None:
+    """A profile cancelled mid-window leaves no perf record, perf stat, sampler or uprobe on the
+    DUT within 2 s -- over a server that sends no SIGHUP when the sessions close."""
+    from labwarden.runtime.runner import call_tool
+    from labwarden.runtime.session import open_lab
+    from tests.conftest import needs_uprobes
+
+    needs_uprobes()
+    prof = stockdut.behind(vlab, server)
+    assert (await call(vlab, "fingerprint_verify", {"build_id": baseline(vlab)}, profile=prof)).ok
+    async with Device(server.endpoint(), env=prof.dut.env) as dev:
+
+        async def measuring() -> object:
+            async with open_lab(prof) as ctx:
+                return await call_tool(ctx, "profile", {"stations": 6, "window_s": 20, "reps": 1,
+                                                        "settle_s": 0})
+
+        task = asyncio.create_task(measuring())
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:  # until perf record, perf stat, the sampler and the probes all run
+            running, events = await _leftovers(dev, vlab)
+            if len([r for r in running if " record " in r or " stat " in r]) >= 2 and events \
+                    and any("lw-sampler" in r for r in running):
+                break
+            assert not task.done(), (task.result(), running, events)
+            assert asyncio.get_running_loop().time() < deadline, (running, events)
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # mid-window
+        t0 = asyncio.get_running_loop().time()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        while True:
+            running, events = await _leftovers(dev, vlab)
+            elapsed = asyncio.get_running_loop().time() - t0
+            if not running and not events:
+                break
+            assert elapsed < 2.0, f"still on the DUT {elapsed:.2f} s after the cancel: " \
+                                  f"{running} {events}"
+            await asyncio.sleep(0.05)
+        assert elapsed < 2.0
+        # and the DUT is usable at once: no leftover in tmp either
+        left = (await dev.run(["sh", "-c", f"ls {vlab.tmp_dir} | grep -e lw-jobs -e lw-prof; "
+                                            "exit 0"])).stdout
+        assert left == "", left
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+async def test_cancelled_attribution_resumes_and_leaves_no_helper(server: stockssh.StockSsh,
+                                                                  vlab: VlabLayout) -> None:
+    """lw-pause and the sampler are jobs too: a cancelled attribute resumes the suspect and
+    leaves neither behind, over a server that sends no SIGHUP."""
+    from labwarden.runtime.runner import call_tool
+    from labwarden.runtime.session import open_lab
+
+    prof = stockdut.behind(vlab, server)
+    assert (await call(vlab, "fingerprint_verify", {"build_id": baseline(vlab)}, profile=prof)).ok
+    stamon = int((vlab.run_dir / "stamon.pid").read_text().split()[0])
+
+    async def attributing() -> object:
+        async with open_lab(prof) as ctx:
+            return await call_tool(ctx, "attribute", {"suspect": "stamon", "window_s": 30,
+                                                      "baseline_s": 1})
+
+    task = asyncio.create_task(attributing())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while _state(stamon) not in "tT":
+        assert not task.done(), task.result()
+        assert loop.time() < deadline
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    t0 = loop.time()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with Device(server.endpoint(), env=prof.dut.env) as dev:
+        while True:
+            rows = (await dev.run(["sh", "-c", _DUT_PROCS])).stdout
+            helpers = [ln for ln in rows.splitlines()
+                       if "lw-pause" in ln or ("lw-sampler" in ln and _mentions_target(ln, vlab))]
+            if _state(stamon) not in "tT" and not helpers:
+                break
+            assert loop.time() - t0 < 2.0, (helpers, _state(stamon))
+            await asyncio.sleep(0.05)
+
+
+def _mentions_target(line: str, vlab: VlabLayout) -> bool:
+    target = (vlab.run_dir / "stad.pid").read_text().split()[0]
+    return f" {target} " in f" {line} "
