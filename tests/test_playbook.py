@@ -42,6 +42,20 @@ def test_playbook_errors_name_the_step(tmp_path: Path) -> None:
     assert book.vars["window_s"] == 9 and len(book.steps) > 30
 
 
+def test_the_qlab_story_and_its_demo_door() -> None:
+    """The qlab's playbook names only registered tools (its run is `demo --lab-kind qlab`:
+    minutes of TCG reboots, not in the suite); an unknown lab kind is refused by name."""
+    from labwarden.tools.registry import TOOLS
+
+    book = model.load(Path("playbooks/qlab-hotspot.toml"))
+    assert book.vars["densities"] == [18, 60, 114]
+    assert {s.tool for s in book.steps} <= set(TOOLS)
+    assert [s.args["patches"] for s in book.steps if s.tool == "build"] == [
+        ["0901"], ["0901", "0902"], ["0901", "0902", "0905"]]
+    res = CliRunner().invoke(app, ["demo", "--lab-kind", "blab"])
+    assert res.exit_code == 2 and "blab" in res.output and "qlab" in res.output
+
+
 
 def test_run_writes_a_report_chromium_can_read(lab: VlabLayout, artifacts_dir: Path) -> None:
     res = CliRunner().invoke(app, ["run", str(DATA / "mini.toml"), "--lab", str(lab.lab_toml)])

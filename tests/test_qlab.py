@@ -2,12 +2,16 @@
 clients. One guest for the module (the `qlab` fixture boots it through labgrid: qlabd holds the
 QEMUDriver and moves the QlabStrategy to `shell`). Nothing is stood in for: mac80211_hwsim radios,
 hostapd, wpa_supplicant, the firmware's nl80211 HAL, sysupgrade and the reboot are all real.
+The middle tests drive the qlab as labwarden drives any DUT: through its lab profile (the labgrid
+backend, [load] kind = "wpa_supplicant", [flash] kind = "sysupgrade") and the tool runner.
 The last test brings the qlab down through the CLI."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -16,6 +20,8 @@ from labwarden.cli.app import app
 from labwarden.lab.config import LabProfile
 from labwarden.lab.labgrid import LabgridConfig, resolve_target
 from labwarden.qlab import control, firmware, guestssh, procs, stations
+from labwarden.runtime.runner import call_tool
+from labwarden.runtime.session import open_lab
 from tests.qlab_fixtures import Qlab
 
 pytestmark = pytest.mark.timeout(900)
@@ -53,7 +59,7 @@ def test_boots_through_labgrid(qlab: Qlab) -> None:
     assert qlab.sh("cat /proc/sys/kernel/random/boot_id").stdout.strip() == st.boot_id
     argv = Path(f"/proc/{st.qemu_pids[0]}/cmdline").read_bytes().decode().split("\0")
     port = qlab.endpoint.port
-    assert f"user,model=virtio-net-pci,hostfwd=tcp:127.0.0.1:{port}-:22" in argv
+    assert f"user,model=virtio-net-pci,mac=52:54:00:12:34:56,hostfwd=tcp:127.0.0.1:{port}-:22" in argv
     assert argv[argv.index("-accel") + 1].split(",")[0] == qlab.info.accel.name
     assert any(a.endswith("root.ext4,readonly=on") for a in argv), "the shared base image is read-only"
     # the lab profile names the labgrid env, and its pinned key is the guest's dropbear key
@@ -119,6 +125,92 @@ def test_sysupgrade_checks_the_image_then_reboots_into_it(qlab: Qlab, tmp_path: 
     # and the reboot drifted the tuning, as the vlab's does: scaling VAPs off
     assert re.findall(r"^(vap\d) .* (DISABLED)", after.stdout, re.M) == [
         ("vap3", "DISABLED"), ("vap4", "DISABLED"), ("vap5", "DISABLED")]
+
+
+# the guest helpers (q.sh, control.boot_id) run their own event loop: async tests call them in a
+# thread
+async def _ok(q: Qlab, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+    async with open_lab(LabProfile.from_file(q.layout.lab_toml)) as ctx:
+        rec = await call_tool(ctx, tool, args or {})
+    assert rec.ok, (tool, rec.error)
+    assert rec.result is not None
+    return rec.result
+
+
+@pytest.mark.anyio
+async def test_build_and_flash_a_patched_image_with_a_real_reboot(qlab: Qlab) -> None:
+    """build -> flash ([flash] kind = "sysupgrade": the build's image.tar.gz is uploaded, the
+    guest's sysupgrade checks and packs it, writes its flash disk and reboots the kernel) ->
+    fingerprint_verify proves the patched build runs."""
+    # what runs now is the previous test's 0901 build: proven first (the board's health check)
+    running = await _ok(qlab, "build", {"patches": ["0901"]})
+    assert (await _ok(qlab, "fingerprint_verify", {"build_id": running["build_id"]}))["verified"]
+    built = await _ok(qlab, "build", {"patches": ["0902"]})
+    assert built["git_hash"] != running["git_hash"]
+    before = await asyncio.to_thread(control.boot_id, qlab.endpoint)
+    flashed = await _ok(qlab, "flash", {"build_id": built["build_id"]})
+    assert flashed["flashed"] and flashed["overlay_wiped"]
+    after = await asyncio.to_thread(control.boot_id, qlab.endpoint)
+    assert after != before, "sysupgrade must reboot the kernel"
+    verified = await _ok(qlab, "fingerprint_verify", {"build_id": built["build_id"]})
+    assert verified["verified"], verified["mismatches"]
+    assert verified["git_hash_running"] == built["git_hash"] and verified["overlay_empty"]
+    # the guest booted the image sysupgrade packed from this build's tar (its own manifest)
+    manifest = (await asyncio.to_thread(qlab.sh, "cat /usr/lib/lwfw/manifest")).stdout
+    assert f"image=labwarden-{built['build_id']}.img" in manifest
+    status = await _ok(qlab, "lab_status")
+    knobs = {k["name"]: k for k in status["knobs"]}
+    assert knobs["governor"]["applicable"] is False  # no cpufreq under QEMU
+    assert knobs["governor"]["value"].startswith("n/a: no cpufreq on this DUT")
+
+
+@pytest.mark.anyio
+async def test_flame_graph_has_kernel_frames_under_the_daemons_netlink_calls(qlab: Qlab) -> None:
+    """perf in the guest, kernel stacks from the guest's kallsyms, symfs from the image's own
+    files (its libc, its libnl), with 18 real stations held by the wpa_supplicant load."""
+    prof = await _ok(qlab, "profile", {"stations": 18, "window_s": 4, "reps": 1})
+    assert prof["fingerprint_verified"] and prof["cpu_pct"]["mean"] > 1, prof
+    assert prof["counters"]["rpc_calls"] > 0, prof  # the uprobe counter in the guest kernel
+    assert (await asyncio.to_thread(_ap_macs, qlab))["vap0"] == {_mac(i) for i in (1, 7, 13)}  # held for real
+    sym = await _ok(qlab, "symbolize", {"profile_id": prof["profile_id"],
+                                        "functions": ["netlink_sendmsg", "nl80211_get_station"]})
+    shares = {f["name"]: f["total_pct"] for f in sym["functions"]}
+    assert shares["netlink_sendmsg"] > 1 and shares["nl80211_get_station"] > 0, shares
+    folded = (Path(sym["svg"]).parent / "stacks.folded").read_text().splitlines()
+    # the HAL's GET_STATION round trip, through the image's libnl, into the kernel's nl80211
+    chain = ["hal_nl_roundtrip", "nl_send", "netlink_sendmsg", "genl_rcv_msg", "nl80211_get_station"]
+    assert any(_in_order(line.split(" ")[0].split(";"), chain) for line in folded), folded[:5]
+    assert "nl80211_get_station" in Path(sym["svg"]).read_text()
+    symfs = Path(sym["symfs"])
+    assert list(symfs.rglob("libnl-genl-3.so*")) and list(symfs.rglob("libc.so.6"))
+    assert sym["unknown_pct"] < 20, sym["unresolved_top"]
+
+
+def _in_order(frames: list[str], chain: list[str]) -> bool:
+    it = iter(frames)
+    return all(any(f == want for f in it) for want in chain)
+
+
+@pytest.mark.anyio
+async def test_sigstop_of_the_monitor_collapses_the_daemons_cpu(qlab: Qlab) -> None:
+    att = await _ok(qlab, "attribute", {"suspect": "stamon", "window_s": 4, "baseline_s": 4})
+    assert att["resumed"] and att["pause_held"], att
+    assert att["before_pct"] > 2 and att["drop_pct"] > 80, att
+    # the load driver disassociates cleanly: the firmware and every AP see no station
+    released = await _ok(qlab, "associate", {"stations": 0})
+    assert released["datamodel_count"] == 0
+    assert await asyncio.to_thread(_ap_macs, qlab) == {vap: set() for vap in VAPS}
+
+
+@pytest.mark.anyio
+async def test_a_wrong_image_fails_verification(qlab: Qlab) -> None:
+    """The build that does not run (0901; 0902 runs) is refused by its fingerprint."""
+    wrong = await _ok(qlab, "build", {"patches": ["0901"]})
+    out = await _ok(qlab, "fingerprint_verify", {"build_id": wrong["build_id"]})
+    assert not out["verified"]
+    checks = {m["check"] for m in out["mismatches"]}
+    assert "git_hash" in checks and "sha256" in checks, out["mismatches"]
+    assert out["git_hash_running"] != wrong["git_hash"]
 
 
 def test_down_leaves_no_qemu(qlab: Qlab) -> None:

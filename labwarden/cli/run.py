@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,11 +21,16 @@ from labwarden.core.errors import LabError
 from labwarden.lab.config import LabProfile
 from labwarden.playbook import model
 from labwarden.playbook.run import RunRecord, run
+from labwarden.qlab import control as qlab_control
 from labwarden.runtime.session import open_lab
 from labwarden.vlab import control
 
-PLAYBOOK = Path(__file__).resolve().parents[2] / "playbooks" / "vlab-hotspot.toml"
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
+PLAYBOOK = PLAYBOOKS / "vlab-hotspot.toml"
 DEMO_DIR = Path(".vlab") / "demo"
+LAB_KINDS: dict[str, tuple[Callable[..., Any], Callable[[Path], list[int]]]] = {
+    "vlab": (control.up, control.down), "qlab": (qlab_control.up, qlab_control.down)}
+"""`demo --lab-kind`: how each lab comes up (returns info with .ssh and .lab_toml) and down."""
 
 
 def _parse_sets(sets: list[str]) -> dict[str, Any]:
@@ -148,28 +154,41 @@ def run_cmd(
     raise typer.Exit(0 if rec.ok and not any(s.expectations for s in rec.steps) else 1)
 
 
-def demo(dir: Annotated[Path, typer.Option("--dir", help="vlab state directory")] = DEMO_DIR,
-         playbook: Annotated[Path, typer.Option(help="the story to run")] = PLAYBOOK,
-         window: Annotated[float, typer.Option(help="seconds per measurement window")] = 4.0,
-         reps: int = 3) -> None:
-    """Tell seed 000's story on the virtual lab: bring it up, run the vlab-hotspot playbook
-    (baseline, flame graph, attribution, trace fix, 0901, 0902, 0905 refuted, gates), print the
-    summary and the report path, and bring it down."""
+def demo(dir: Annotated[Path | None, typer.Option("--dir", help="lab state directory (default "
+                                                  ".vlab/demo or .qlab/demo)")] = None,
+         playbook: Annotated[Path | None, typer.Option(help="the story to run (default: the lab "
+                                                       "kind's hotspot playbook)")] = None,
+         window: Annotated[float | None, typer.Option(help="seconds per measurement window "
+                                                      "(default: the playbook's)")] = None,
+         reps: Annotated[int | None, typer.Option(help="windows per density (default: the "
+                                                  "playbook's)")] = None,
+         lab_kind: Annotated[str, typer.Option("--lab-kind", help="vlab (fast, labwarden's own DUT) "
+                                               "or qlab (a Debian kernel under QEMU with real "
+                                               "802.11 clients; slow under TCG)")] = "vlab") -> None:
+    """Tell seed 000's story on a lab brought up and down around it: the vlab (default) or the
+    qlab. Runs the lab's hotspot playbook (baseline, flame graph, attribution, fixes, a patch
+    refuted, gates), prints the summary and the report path."""
+    if lab_kind not in LAB_KINDS:
+        fail(f"--lab-kind {lab_kind!r} is not a lab kind", f"use one of {', '.join(LAB_KINDS)}", 2)
+    up, down = LAB_KINDS[lab_kind]
+    dir = dir or Path(f".{lab_kind}") / "demo"
+    playbook = playbook or PLAYBOOKS / f"{lab_kind}-hotspot.toml"
+    sets = {k: v for k, v in (("window_s", window), ("reps", reps)) if v is not None}
     try:
-        book = model.load(playbook, {"window_s": window, "reps": reps})
+        book = model.load(playbook, sets)
     except model.PlaybookError as exc:
-        fail(exc.problem, "pass --playbook with a valid playbook (playbooks/vlab-hotspot.toml)", 2)
+        fail(exc.problem, f"pass --playbook with a valid playbook ({playbook.name})", 2)
     try:
-        with err.status("vlab up") as st:
-            control.down(dir)
-            info = control.up(dir, progress=lambda m: st.update(f"vlab up: {m}"))
-        out.print(f"vlab up: firmware {info.git_hash[:12]}, ssh {info.ssh}, profile {info.lab_toml}")
+        with err.status(f"{lab_kind} up") as st:
+            down(dir)
+            info = up(dir, progress=lambda m: st.update(f"{lab_kind} up: {m}"))
+        out.print(f"{lab_kind} up: ssh {info.ssh}, profile {info.lab_toml}")
         rec = asyncio.run(execute(LabProfile.from_file(info.lab_toml), book))
-    except LabError as exc:  # the vlab would not come up, or its DUT would not answer
+    except LabError as exc:  # the lab would not come up, or its DUT would not answer
         fail_on(exc)
     finally:
-        stopped = control.down(dir)
-        err.print(f"vlab down: stopped {len(stopped)} process(es)")
+        stopped = down(dir)
+        err.print(f"{lab_kind} down: stopped {len(stopped)} process(es)")
     _report_and_tally(rec)
     db = Path(info.lab_toml).parent / "data" / "transcripts.db"
     out.print(f"{len(rec.steps)} steps in {rec.duration_s:.0f} s; replay it: labwarden transcripts "

@@ -217,9 +217,27 @@ class CommandLoad(_Strict):
     settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0])
 
 
-LoadSection = Annotated[StasimLoad | NoLoad | CommandLoad, Field(discriminator="kind")]
-"""`[load]`: one driver per kind (labwarden/lab/drivers/load/); wpa_supplicant stations and iperf3
-traffic are further kinds, added beside these."""
+class WpaSupplicantLoad(_Strict):
+    """Real 802.11 stations on the DUT itself (the qlab: wpa_supplicant on mac80211_hwsim client
+    radios): `command` on the DUT with `assoc N TIMEOUT` holds stations 1..N round-robin over the
+    enabled VAPs and verifies both sides (wpa_cli status and each AP's station dump), `release
+    TIMEOUT` disassociates every station and checks their APs dropped them."""
+
+    kind: Literal["wpa_supplicant"] = "wpa_supplicant"
+    command: list[str] = Field(default_factory=lambda: ["lw-sta"], examples=[["lw-sta"]],
+                               description="argv on the DUT; `assoc N TIMEOUT_S` or "
+                               "`release TIMEOUT_S` is appended")
+    radios: int = Field(6, ge=1, le=64, examples=[6], description="AP radios the stations are "
+                        "split over")
+    timeout_s: float = Field(180, gt=0, le=1800, examples=[180], description="how long associating "
+                             "(or releasing) may take on the DUT")
+    settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0])
+
+
+LoadSection = Annotated[StasimLoad | NoLoad | CommandLoad | WpaSupplicantLoad,
+                        Field(discriminator="kind")]
+"""`[load]`: one driver per kind (labwarden/lab/drivers/load/); iperf3 traffic is a further kind,
+added beside these."""
 
 
 class ReadersSection(_Strict):
@@ -455,7 +473,8 @@ def _example(loc: tuple[int | str, ...]) -> str | None:
     return f"{loc[-1]} = {json.dumps(field.examples[0])}"
 
 
-_KINDS = {"load": ("stasim", "none", "command"), "flash": ("sysupgrade", "vlab", "command", "labgrid")}
+_KINDS = {"load": ("stasim", "none", "command", "wpa_supplicant"),
+          "flash": ("sysupgrade", "vlab", "command", "labgrid")}
 """Sections that are a union on `kind` (pydantic puts the kind into an error's location)."""
 
 

@@ -7,7 +7,8 @@ QEMU's devices, in the order the guest relies on:
   shell, as a bench's serial cable);
 - the flash disk (drive serial `lwflash`: the firmware image) and the data disk (serial `lwdata`:
   the persistent overlay), found by serial in the guest, not by name;
-- the user-mode NIC (eth0, 10.0.2.15) with ssh forwarded from 127.0.0.1:PORT; labgrid's ssh goes
+- the user-mode NIC (`mgmt` in the guest, 10.0.2.15) with ssh forwarded from 127.0.0.1:PORT
+  (QEMU creates it after the -device NICs, so the guest finds it by its MAC); labgrid's ssh goes
   through a wrapper that pins the guest's host key (keys/known_hosts);
 - `extra_nics`: more NICs (the traffic variant's lan/wan taps) as QEMU -netdev/-device pairs.
 """
@@ -26,6 +27,8 @@ from labwarden.qlab.image import QlabImage
 from labwarden.qlab.paths import QlabLayout
 
 TARGET = "main"
+MGMT_MAC = "52:54:00:12:34:56"
+"""The user-mode NIC's MAC: the guest finds it by this and names it `mgmt`."""
 BOOT_ARGS = "console=ttyS0 panic=5 loglevel=4"
 
 
@@ -72,7 +75,8 @@ def env_config(layout: QlabLayout, image: QlabImage, spec: GuestSpec) -> dict[st
                     "qemu_bin": "qemu", "machine": "pc", "cpu": spec.accel.cpu,
                     "memory": spec.memory, "kernel": "kernel", "disk": "rootfs",
                     "disk_opts": "readonly=on", "boot_args": BOOT_ARGS, "display": "none",
-                    "nic": f"user,model=virtio-net-pci,hostfwd=tcp:127.0.0.1:{spec.ssh_port}-:22",
+                    "nic": f"user,model=virtio-net-pci,mac={MGMT_MAC},"
+                           f"hostfwd=tcp:127.0.0.1:{spec.ssh_port}-:22",
                     "extra_args": shlex.join(qemu_extra_args(layout, image, spec)),
                 },
                 "SSHDriver": {"keyfile": image.client_key, "connection_timeout": 240.0},

@@ -45,8 +45,9 @@ IMAGE_RECIPE = 1
 
 PACKAGES = ("busybox", "dropbear-bin", "openssh-sftp-server", "hostapd", "wpasupplicant", "iw",
             "iproute2", "iperf3", "linux-perf", "libnl-3-200", "libnl-genl-3-200", "nftables",
-            "wireguard-tools", "kmod", "wireless-regdb")
-"""What the guest root is made of (with their dependencies), beside Debian's essential set."""
+            "wireguard-tools", "kmod", "wireless-regdb", "e2fsprogs")
+"""What the guest root is made of (with their dependencies), beside Debian's essential set
+(e2fsprogs: sysupgrade packs a build's tar image into the flash format with mke2fs -d)."""
 
 BOARD = "qlab"
 """The board name sysupgrade checks an image against."""

@@ -1,9 +1,10 @@
 """Write the lab profile (lab.toml) of a qlab: the DUT is a labgrid target, reached over SSH.
 
-Drafted with today's profile schema. Where the qlab needs the second wave's driver keys, a
-comment says so: [load] becomes `kind = "wpa_supplicant"` driving `lw-sta` (today's schema knows
-only stasim), [flash] gains the labgrid strategy, and the governor/boost knobs are not applicable
-under QEMU (no cpufreq), so [policy] heals neither.
+With [2/2]'s driver keys: [dut] env gives every command its PATH (no login shell on the DUT);
+[flash] kind = "sysupgrade" uploads the build's image and runs the guest's own sysupgrade, which
+reboots the kernel (the driver waits for a new boot_id); [load] kind = "wpa_supplicant" holds
+real stations through the guest's `lw-sta`; [readers] clients is the firmware's own count. The
+governor/boost knobs are not applicable under QEMU (no cpufreq), so [policy] heals neither.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ data_dir = {_q(str(layout.data_dir))}
 
 [dut]
 backend = "labgrid"
+env = {{ PATH = "/usr/sbin:/usr/bin:/sbin:/bin" }}
 
 [dut.labgrid]
 env = {_q(str(layout.env_yaml))}
@@ -65,29 +67,30 @@ patches_dirs = {json.dumps([str(d) for d in firmware.patches_dirs(layout)])}
 baseline = {_q(manifest.build_id)}
 
 [flash]
-# the image to send is the build's {firmware.IMAGE_NAME} (an ext4 image with a checked trailer);
-# sysupgrade writes it to the flash disk and reboots the guest (its boot_id changes)
-method = "sysupgrade"
+# the guest's sysupgrade checks the build's image.tar.gz (gzip CRC, usr/ only), packs it into
+# its flash format (ext4 + a checked trailer, as `{firmware.IMAGE_NAME}`), writes the flash disk
+# and reboots the kernel: the driver waits for a new boot_id, SSH and a new stad
+kind = "sysupgrade"
 command = ["sysupgrade"]
-timeout_s = 240
+timeout_s = 300
 
 [load]
-# draft: the second wave's `kind = "wpa_supplicant"` runs `lw-sta assoc N` / `lw-sta release`
-# on the DUT (real stations in the `clients` netns); today's schema knows only stasim
-kind = "stasim"
-binary = "/usr/sbin/lw-sta"
-socket = "/run/stad.sock"
-pidfile = "/run/lw-sta/wpa.pid"
-log = "/tmp/log/lw-sta.log"
+# real stations: `lw-sta assoc N` / `lw-sta release` on the DUT (wpa_supplicant in the `clients`
+# netns, round-robin over the enabled VAPs, verified on both sides)
+kind = "wpa_supplicant"
+command = ["lw-sta"]
 radios = 6
-settle_s = 1.0
+timeout_s = 240
+settle_s = 2.0
+
+[readers]
+clients = ["stacli", "--socket", "/run/stad.sock", "count"]
 
 [target]
 process = "stad"
 library = "/usr/lib/libsta.so"
 suspects = ["stamon"]
 uprobes = {{ rpc_calls = "getStationStats", dm_write_txns = "dm_finalize_transaction" }}
-rpc_client = "stacli"
 perf = "perf"
 pidfiles = {{ stad = "/run/stad.pid", stamon = "/run/stamon.pid" }}
 

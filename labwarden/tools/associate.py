@@ -49,7 +49,7 @@ class AssociateOutput(BaseModel):
 
 async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
     prof = ctx.profile
-    load = load_drivers.for_profile(prof)
+    load = load_drivers.for_profile(prof, ctx.device)
     n = inp.stations if inp.stations is not None else (inp.per_radio or 0) * load.radios
     t0 = time.monotonic()
     await ctx.report(0, 2, f"holding {n} stations")

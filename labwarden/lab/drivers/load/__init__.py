@@ -13,14 +13,20 @@ from labwarden.lab.drivers.load.base import LoadDriver, LoadError
 from labwarden.lab.drivers.load.command import CommandLoad
 from labwarden.lab.drivers.load.none import NoClients
 from labwarden.lab.drivers.load.stasim import Stasim
+from labwarden.lab.drivers.load.wpa_supplicant import WpaSupplicant
+from labwarden.lab.dut.device import Device
 
-DRIVERS: dict[str, type[LoadDriver]] = {d.kind: d for d in (Stasim, NoClients, CommandLoad)}
+DRIVERS: dict[str, type[LoadDriver]] = {d.kind: d for d in (Stasim, NoClients, CommandLoad,
+                                                                 WpaSupplicant)}
 """`[load] kind` -> driver (tests/test_drivers.py checks the profile schema agrees)."""
 KINDS = tuple(DRIVERS)
 
 
-def for_profile(profile: LabProfile) -> LoadDriver:
-    """The driver `[load] kind` names, bound to the profile's section."""
+def for_profile(profile: LabProfile, device: Device | None = None) -> LoadDriver:
+    """The driver `[load] kind` names, bound to the profile's section (and, for a load held on
+    the DUT itself -- wpa_supplicant stations -- to the DUT)."""
+    if profile.load.kind == "wpa_supplicant":
+        return WpaSupplicant(profile.load, device)  # type: ignore[arg-type]
     return DRIVERS[profile.load.kind](profile.load)  # type: ignore[call-arg]
 
 
