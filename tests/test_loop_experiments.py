@@ -140,7 +140,7 @@ def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayou
                    ("experiment", True), ("patch_submit", False), ("patch_submit", True),
                    ("experiment", True)], [e.call.error for e in events]
     search, read = events[0].call.result, events[1].call.result
-    assert search and {h["path"] for h in search["hits"]} == {"hal.c", "wld.c"}
+    assert search and {"hal.c", "wld.c"} <= {h["path"] for h in search["hits"]}
     assert read and any("hal_get_all_stations_bulk" in ln for ln in read["lines"])
 
     bulk, drop, noop = (e.call.result for e in (events[3], events[6], events[9]))

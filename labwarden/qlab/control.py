@@ -27,6 +27,7 @@ from typing import Any, Literal
 import asyncssh
 from pydantic import BaseModel, Field
 
+from labwarden.core.devtext import quote
 from labwarden.core.errors import LabError
 from labwarden.lab.boardstate import BoardState
 from labwarden.lab.dut.endpoint import SshEndpoint
@@ -114,7 +115,7 @@ def _data_disk(layout: QlabLayout, size_mb: int = 256) -> None:
     out = subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "qlab-data", str(layout.data_disk)],
                          capture_output=True, text=True)
     if out.returncode != 0:
-        raise QlabError(f"mkfs.ext4 of the data disk failed: {out.stderr.strip()}",
+        raise QlabError(f"mkfs.ext4 of the data disk failed: {quote(out.stderr)}",
                         "check e2fsprogs (`make setup`)")
 
 
@@ -184,7 +185,7 @@ def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "
         res = guestssh.run_sync(endpoint(layout), ["wifi", "wait", str(WIFI_TIMEOUT_S)],
                                 timeout=WIFI_TIMEOUT_S + 30)
         if not res.ok:
-            raise _fail(layout, f"the APs did not come up: {res.stderr.strip()[-300:]}")
+            raise _fail(layout, f"the APs did not come up: {quote(res.stderr)}")
         timings["wifi"] = round(time.monotonic() - t3, 2)
         profile_writer.write(layout, img, manifest)
         state = BoardState.load(layout.data_dir)
@@ -266,7 +267,7 @@ def boot_id(ep: SshEndpoint, connect_timeout: float = 10) -> str:
     res = asyncio.run(guestssh.run(ep, ["cat", "/proc/sys/kernel/random/boot_id"], timeout=30,
                                    connect_timeout=connect_timeout))
     if not res.ok:
-        raise QlabError(f"cannot read the guest's boot_id: {res.stderr.strip()}", "is the qlab up?")
+        raise QlabError(f"cannot read the guest's boot_id: {quote(res.stderr)}", "is the qlab up?")
     return res.stdout.strip()
 
 
@@ -310,7 +311,7 @@ def flash(root: str | os.PathLike[str], patches: list[str] | None = None,
     except (OSError, asyncssh.Error, TimeoutError):
         res = None  # the session dropped while the guest went down: what a flash looks like
     if res is not None and res.exit_status not in (0, -1):
-        raise QlabError(f"sysupgrade refused the image: {res.stderr.strip()}",
+        raise QlabError(f"sysupgrade refused the image: {quote(res.stderr)}",
                         "flash an image built for this board (labwarden.qlab.firmware.pack)")
     timings["sysupgrade"] = round(time.monotonic() - t, 2)
     t = time.monotonic()
@@ -319,7 +320,7 @@ def flash(root: str | os.PathLike[str], patches: list[str] | None = None,
     t = time.monotonic()
     wifi = guestssh.run_sync(ep, ["wifi", "wait", str(WIFI_TIMEOUT_S)], timeout=WIFI_TIMEOUT_S + 30)
     if not wifi.ok:
-        raise _fail(layout, f"the APs did not come up after flashing: {wifi.stderr.strip()}")
+        raise _fail(layout, f"the APs did not come up after flashing: {quote(wifi.stderr)}")
     timings["wifi"] = round(time.monotonic() - t, 2)
     return Flashed(build_id=build_id, image=str(image_path), boot_id_before=before,
                    boot_id_after=after, timings=timings)

@@ -8,6 +8,7 @@ import re
 
 from pydantic import BaseModel, Field
 
+from labwarden.core.devtext import quote
 from labwarden.core.errors import LabError
 from labwarden.lab.dut.endpoint import SshEndpoint
 from labwarden.qlab import guestssh
@@ -62,5 +63,5 @@ def release(ep: SshEndpoint, timeout_s: int = 120) -> int:
                    "lw-sta release")
     m = re.search(r"^released (\d+)$", res.stdout, re.M)
     if not m:
-        raise StationsError(f"lw-sta release printed {res.stdout.strip()[-200:]!r}", "run it on the DUT")
+        raise StationsError(f"lw-sta release printed {quote(res.stdout)}", "run it on the DUT")
     return int(m.group(1))

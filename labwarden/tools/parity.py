@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 
-from labwarden.core.devtext import clean
+from labwarden.core.devtext import clean, quote
 from labwarden.core.experiments import GateResult
 from labwarden.core.measurements import ProfileRecord
 from labwarden.tools.context import LabContext
@@ -25,7 +25,8 @@ async def check_output(ctx: LabContext) -> str | None:
     if not argv:
         return None
     res = await ctx.device.exec(argv, timeout=30)
-    return clean(f"exit {res.exit_status}\n{res.stdout}{res.stderr}".rstrip(), 4000)
+    text = "\n".join((f"exit {res.exit_status}", res.stdout + res.stderr))
+    return clean(text.rstrip(), 4000)  # stored as device text: cleaned, quoted where shown
 
 
 def functional(a: str | None, b: str | None) -> GateResult:
@@ -39,7 +40,7 @@ def functional(a: str | None, b: str | None) -> GateResult:
         lines = a.splitlines()
         return GateResult(name="declared_parity", passed=True,
                           evidence=f"A and B print the same ({len(lines)} lines): "
-                          + " | ".join(ln[:80] for ln in lines[:3]))
+                          + quote(" | ".join(ln[:80] for ln in lines[:3])))
     la, lb = a.splitlines(), b.splitlines()
     i = next((k for k in range(max(len(la), len(lb)))
               if (la[k] if k < len(la) else None) != (lb[k] if k < len(lb) else None)), 0)
@@ -49,10 +50,11 @@ def functional(a: str | None, b: str | None) -> GateResult:
     only_a = [w for w in words_a if w not in words_b]
     only_b = [w for w in words_b if w not in words_a]
     if only_a or only_b:  # name what changed, not two long lines that look alike
-        what = (f"only on A: {' '.join(only_a[:6]) or '-'}; only on B: {' '.join(only_b[:6]) or '-'}")
+        what = (f"only on A: {quote(' '.join(only_a[:6]) or '-')}; "
+                f"only on B: {quote(' '.join(only_b[:6]) or '-')}")
     else:
-        what = f"A {line_a[:120]!r}, B {line_b[:120]!r}"
-    label = line_a.split(":", 1)[0][:40] if ":" in line_a else ""
+        what = f"A {quote(line_a[:120])}, B {quote(line_b[:120])}"
+    label = quote(line_a.split(":", 1)[0][:40]) if ":" in line_a else ""
     return GateResult(name="declared_parity", passed=False,
                       evidence=f"line {i + 1}{f' ({label})' if label else ''} differs -- {what}")
 

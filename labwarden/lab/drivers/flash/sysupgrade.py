@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
+from labwarden.core.devtext import quote
 from labwarden.lab.config import LabProfile, SysupgradeFlash
 from labwarden.lab.drivers.flash import back
 from labwarden.lab.drivers.flash.base import FlashFailed, Report, boot_id
@@ -40,7 +41,7 @@ class Sysupgrade:
             res = await dev.exec([*self.section.command, remote], timeout=timeout)
             if res.exit_status != 0:
                 raise FlashFailed(f"{self.describe()} exited {res.exit_status}: "
-                                  f"{res.stderr.strip()[-300:]}",
+                                  f"{quote(res.stderr)}",
                                   "the board is now `unknown`: run lab_status, then flash a known image")
         except DeviceError:
             pass  # the DUT dropping the session while it reboots is what a flash looks like
