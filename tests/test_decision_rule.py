@@ -1,5 +1,5 @@
 """The decision rule (core/decision.py): three-valued, its looks pre-planned, its error budget
-split over them. Pure numbers: no lab, nothing faked."""
+split over them; the offered-load gate's tolerance. Pure numbers: no lab, nothing faked."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from labwarden.core.decision import DecisionRule, judge, next_windows
 from labwarden.lab.config import DecisionSection, LabProfile, ProfileError
+from labwarden.tools import parity
 
 RULE = DecisionRule(alpha=0.02, min_effect_pct=5.0, min_windows=3, step_windows=2, max_windows=11)
 
@@ -71,3 +72,15 @@ def test_the_profile_pre_registers_the_rule_and_refuses_nonsense() -> None:
         DecisionSection(min_windows=5, max_windows=3)
     with pytest.raises(ProfileError, match=r"decision\.alpha"):
         LabProfile.from_dict({"decision": {"alpha": 0.9}})
+
+
+def test_the_offered_load_gate_ignores_a_window_edge_but_not_a_changed_load() -> None:
+    """6.5 -> 6.0 calls/s in 2 s windows is one call a window (a poll cut by the edge): the
+    counter cannot tell it from equal, so it passes; in 20 s windows the same -7.7% is resolved
+    and fails; half the polls fails at any window length."""
+    dec = DecisionSection(offered_load_counter="rpc_calls", offered_load_tolerance_pct=5.0, window_s=2.0)
+    edge = parity.offered_load(dec, [6.5] * 5, [6.0] * 5)
+    assert edge.passed and "one call a window: 7.7%" in edge.evidence
+    assert not parity.offered_load(dec, [6.5] * 5, [6.0] * 5, window_s=20.0).passed
+    assert not parity.offered_load(dec, [6.0] * 5, [3.0] * 5).passed
+    assert parity.offered_load(dec, [6.0, 6.5, 6.0], [6.0, 6.0, 6.5]).passed

@@ -323,7 +323,8 @@ class DecisionSection(DecisionRule):
                                              "offered load (the monitor's RPC calls/s)")
     offered_load_tolerance_pct: float = Field(5.0, gt=0, le=100, examples=[5.0],
                                               description="B's offered load must be within this "
-                                              "of A's (median of per-window rates)")
+                                              "of A's (mean of per-window rates; never finer than "
+                                              "one call a window)")
     parity_check: list[str] = Field(default_factory=list, examples=[["sh", "-c", "..."]],
                                     description="argv run on the DUT with the densest clients "
                                     "held; its output must be equal for A and B (functional "

@@ -187,7 +187,7 @@ async def _screen(ctx: LabContext, exp: Experiment) -> None:
     finally:
         exp.parity_a, exp.parity_b = ab.parity.get("a"), ab.parity.get("b")
         exp.screening = ab.screening
-        exp.gates = [parity.offered_load(ctx, ab.screening.a.load, ab.screening.b.load),
+        exp.gates = [parity.offered_load(ctx.profile.decision, ab.screening.a.load, ab.screening.b.load),
                      parity.functional(exp.parity_a, exp.parity_b)]
 
 

@@ -157,7 +157,8 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
         densest_a = store.load("prof", base.points[-1].profile_id, ProfileRecord)
         loads = ([parity.window_loads([densest_a], counter), parity.window_loads(profiles[-1:], counter)]
                  if counter else [[], []])
-        for g in (parity.offered_load(ctx, *loads), parity.functional(base.parity, rec.parity)):
+        for g in (parity.offered_load(ctx.profile.decision, *loads, window_s=densest_a.window_s),
+                  parity.functional(base.parity, rec.parity)):
             gates.append(Gate.judged(g.name, g.passed, g.evidence))  # type: ignore[arg-type]
 
     failed = [g.name for g in gates if g.status == "failed"]
