@@ -5,6 +5,8 @@ on each sweep and names the gate that fails when a condition is broken on purpos
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -78,7 +80,12 @@ async def _broken_gates(ctx: LabContext, sweep_id: str) -> None:
 
     async def failed_with(sweep: SweepRecord, prof: ProfileRecord) -> list[str]:
         pid, sid = store.new_id("prof"), store.new_id("swp")
-        store.save("prof", pid, prof.model_copy(update={"id": pid}))
+        # a copy owns copies of its artifacts: symbolize reads perf.data only from the record's own
+        old, new = store.artifact(prof.id), store.artifact_dir(pid)
+        shutil.copytree(old, new, dirs_exist_ok=True)
+        windows = [w.model_copy(update={"perf_data": w.perf_data and str(new / Path(w.perf_data).name)})
+                   for w in prof.windows]
+        store.save("prof", pid, prof.model_copy(update={"id": pid, "windows": windows}))
         points = [*sweep.points[:-1], sweep.points[-1].model_copy(update={"profile_id": pid})]
         store.save("swp", sid, sweep.model_copy(update={"id": sid, "points": points}))
         return list((await _ok(ctx, "gate_check", {"sweep_id": sid}))["failed"])
