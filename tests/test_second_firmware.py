@@ -91,12 +91,15 @@ async def test_build_flash_verify_profile_symbolize_attribute(
     assert att["resumed"] and att["drop_pct"] > 80, att
 
     async with open_lab(LabProfile.from_file(lab)) as ctx:  # one session: its report shows it
-        sweep = (await call_tool(ctx, "sweep", {"densities": [0], "reps": 2, "window_s": 2,
-                                                "label": "baseline"})).result
-        assert sweep is not None and sweep["cleanup_count"] is None  # no reader: no made-up 0
-        gates = (await call_tool(ctx, "gate_check", {"sweep_id": sweep["sweep_id"]})).result
-        report = (await call_tool(ctx, "report", {"name": "logfilt"})).result
-    assert gates is not None and report is not None
+        swept = await call_tool(ctx, "sweep", {"densities": [0], "reps": 2, "window_s": 2,
+                                               "label": "baseline"})
+        sweep = swept.result
+        assert sweep is not None, swept.error
+        assert sweep["cleanup_count"] is None  # no reader: no made-up 0
+        checked = await call_tool(ctx, "gate_check", {"sweep_id": sweep["sweep_id"]})
+        reported = await call_tool(ctx, "report", {"name": "logfilt"})
+        gates, report = checked.result, reported.result
+    assert gates is not None and report is not None, (checked.error, reported.error)
     html = Path(report["path"]).read_text()
     assert "n/a: no cpufreq on this DUT" in html and ">n/a<" in html
 
