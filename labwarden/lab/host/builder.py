@@ -18,11 +18,11 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from elftools.elf.elffile import ELFFile
 from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
 from labwarden.core.paths import check_name, contained, is_regular_file, within
+from labwarden.lab import elfsym
 from labwarden.lab.config import BuildSection
 
 # Fixed identity and dates: the same sources and patches give the same commit on every machine.
@@ -156,16 +156,6 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def elf_build_id(path: Path) -> str:
-    with path.open("rb") as f:
-        for section in ELFFile(f).iter_sections():
-            if section.header.sh_type == "SHT_NOTE":
-                for note in section.iter_notes():
-                    if note["n_type"] == "NT_GNU_BUILD_ID":
-                        return str(note["n_desc"])
-    return ""
-
-
 def _remove_worktree(repo: Path, tree: Path) -> None:
     subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
                    capture_output=True)
@@ -235,7 +225,7 @@ def _package(recipe: BuildRecipe, out: Path, key: str, base: str, git_hash: str,
                              "check [build] artifacts in the lab profile")
         dest = stage / rel.lstrip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
-        bid = elf_build_id(built)
+        bid = elfsym.build_id(built)
         dut_path = str(Path(recipe.rootfs) / rel.lstrip("/"))
         debug = symfs / "usr" / "lib" / "debug" / ".build-id" / bid[:2] / f"{bid[2:]}.debug"
         debug.parent.mkdir(parents=True, exist_ok=True)

@@ -23,9 +23,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from labwarden.lab import elfsym
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.errors import DeviceError
-from labwarden.lab.host.builder import BuildManifest, elf_build_id
+from labwarden.lab.host.builder import BuildManifest
 
 DEBUG_DIR = "usr/lib/debug/.build-id"
 
@@ -181,7 +182,7 @@ class _Assembler:
                 self.missing.append(MissingDso(path=dso.path, build_id=dso.build_id,
                                                reason="not on the DUT and not in the build"))
                 return
-            got = elf_build_id(tmp)
+            got = elfsym.build_id(tmp)
             if dso.build_id and got != dso.build_id:
                 tmp.unlink()
                 self.missing.append(MissingDso(
@@ -212,7 +213,7 @@ class _Assembler:
         if absent.exists():
             return None
         tmp = self.cache / "incoming" / f"{secrets.token_hex(4)}-{bid}.debug"
-        if await _fetch(self.dev, "/" + debug_rel(bid), tmp) and elf_build_id(tmp) == bid:
+        if await _fetch(self.dev, "/" + debug_rel(bid), tmp) and elfsym.build_id(tmp) == bid:
             cached.parent.mkdir(parents=True, exist_ok=True)
             tmp.replace(cached)
             return cached
