@@ -9,6 +9,7 @@ Skipped with the reason where dropbear (or perf/uprobes) cannot run here."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ async def _ok(lab: Path, tool: str, args: dict[str, Any] | None = None,
               profile: LabProfile | None = None) -> dict[str, Any]:
     async with open_lab(profile or LabProfile.from_file(lab)) as ctx:
         rec = await call_tool(ctx, tool, args or {})
-    assert rec.ok, (tool, rec.error)
+    assert rec.ok, f"{tool}: {rec.error!s}"
     assert rec.result is not None
     return rec.result
 
@@ -52,7 +53,7 @@ def test_the_profile_has_no_key_for_labwarden_alone(logfilt: tuple[stockssh.Stoc
 
 
 async def test_build_flash_verify_profile_symbolize_attribute(
-        logfilt: tuple[stockssh.StockSsh, Path]) -> None:
+        logfilt: tuple[stockssh.StockSsh, Path], caplog: pytest.LogCaptureFixture) -> None:
     needs_uprobes()
     server, lab = logfilt
     built = await _ok(lab, "build")
@@ -90,11 +91,13 @@ async def test_build_flash_verify_profile_symbolize_attribute(
     att = await _ok(lab, "attribute", {"suspect": "logspam", "window_s": 3, "baseline_s": 3})
     assert att["resumed"] and att["drop_pct"] > 80, att
 
+    # the SSH sessions' lives (opens, exit statuses, closes) show in the report if the sweep fails
+    caplog.set_level(logging.INFO, logger="asyncssh")
     async with open_lab(LabProfile.from_file(lab)) as ctx:  # one session: its report shows it
         swept = await call_tool(ctx, "sweep", {"densities": [0], "reps": 2, "window_s": 2,
                                                "label": "baseline"})
         sweep = swept.result
-        assert sweep is not None, swept.error
+        assert sweep is not None, f"{swept.error!s}"
         assert sweep["cleanup_count"] is None  # no reader: no made-up 0
         checked = await call_tool(ctx, "gate_check", {"sweep_id": sweep["sweep_id"]})
         reported = await call_tool(ctx, "report", {"name": "logfilt"})

@@ -10,6 +10,7 @@ packages are missing: `make setup` installs them)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -255,3 +256,22 @@ async def test_cancelled_attribution_resumes_and_leaves_no_helper(server: stocks
 def _mentions_target(line: str, vlab: VlabLayout) -> bool:
     target = (vlab.run_dir / "stad.pid").read_text().split()[0]
     return f" {target} " in f" {line} "
+
+
+async def test_a_refused_session_is_asked_for_again(server: stockssh.StockSsh,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """OpenSSH refuses a session past MaxSessions (10 per connection; a session whose command
+    still runs counts): an exec that meets the refusal ran nothing, so it asks again and runs
+    once a slot frees. dropbear has no such limit: the exec runs at once."""
+    caplog.set_level(logging.INFO, logger="labwarden.lab.dut.commands")
+    async with Device(server.endpoint()) as dev:
+        await dev.run(["true"])  # the command channel holds one session
+        conn = await dev._connection.ensure()
+        held = await asyncio.gather(*(conn.create_process("sleep 1", encoding=None)
+                                      for _ in range(9)))
+        res = await dev.exec(["echo", "ran"], timeout=30)
+        for proc in held:
+            proc.close()
+    refused = [r.message for r in caplog.records if "refused an exec session" in r.message]
+    assert res.exit_status == 0 and res.stdout == "ran\n"
+    assert bool(refused) == (server.kind == "openssh"), refused

@@ -9,6 +9,7 @@ which DeviceError a failure becomes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import shlex
 import signal as _signal
 import time
@@ -37,6 +38,10 @@ from labwarden.lab.dut.errors import (
     HostKeyMismatch,
     Unreachable,
 )
+
+log = logging.getLogger(__name__)
+OPEN_RETRY_S = (0.25, 0.5, 1.0, 2.0)
+"""Pauses before asking again for a refused exec session."""
 
 
 class RunResult(BaseModel):
@@ -130,7 +135,7 @@ class Commands:
         proc: asyncssh.SSHClientProcess[bytes] | None = None
         try:
             async with asyncio.timeout(timeout):
-                proc = await conn.create_process(line, encoding=None)
+                proc = await self._open_session(conn, line)
                 proc.stdin.write_eof()
                 await both(read_to_eof(proc.stdout, out), read_to_eof(proc.stderr, err))
                 await proc.wait_closed()
@@ -141,7 +146,7 @@ class Commands:
         except (asyncssh.Error, OSError) as exc:
             if proc is not None:
                 proc.close()
-            raise self._lost(argv, exc) from exc
+            raise self._lost(argv, exc, session=True) from exc
         except asyncio.CancelledError:
             if proc is not None:
                 proc.close()
@@ -151,8 +156,24 @@ class Commands:
         elif proc.exit_status is not None:
             status = proc.exit_status
         else:
-            raise self._lost(argv, ChannelBroken("the session closed without an exit status"))
+            raise self._lost(argv, ChannelBroken("the session closed without an exit status"),
+                             session=True)
         return _result(argv, status, out, err, t0)
+
+    @staticmethod
+    async def _open_session(conn: asyncssh.SSHClientConnection,
+                            line: str) -> asyncssh.SSHClientProcess[bytes]:
+        """A new exec session. A refused session ran nothing, so it is asked for again, a few
+        times over ~4 s: OpenSSH refuses sessions past MaxSessions (10 per connection) until
+        earlier ones end -- and a session whose command still runs counts, even once closed."""
+        for delay in OPEN_RETRY_S:
+            try:
+                return await conn.create_process(line, encoding=None)
+            except asyncssh.ChannelOpenError as exc:
+                log.info("the DUT refused an exec session (%s); asking again in %g s",
+                         exc.reason, delay)
+                await asyncio.sleep(delay)
+        return await conn.create_process(line, encoding=None)
 
     async def wait_reachable(self, timeout: float) -> None:
         """Poll until the DUT answers a command (after a reboot or flash); Unreachable if not."""
@@ -199,12 +220,16 @@ class Commands:
             "pass a larger timeout=, or start long work with Device.exec; the next call opens a "
             "fresh channel")
 
-    def _lost(self, argv: Sequence[str], exc: Exception) -> ConnectionLost:
+    def _lost(self, argv: Sequence[str], exc: Exception, *, session: bool = False) -> ConnectionLost:
+        """`session`: the command ran in an exec session of its own, not on the command channel."""
         gone = self.connection.gone
-        where = "the connection" if gone else "the command channel"
+        where = ("the connection" if gone else "the exec session" if session
+                 else "the command channel")
         return ConnectionLost(
-            f"{where} to {self.addr} broke during `{_describe(argv)}`: {exc}; it may or may not "
-            "have run",
+            f"{where} to {self.addr} broke during `{_describe(argv)}`: {type(exc).__name__}: "
+            f"{exc}; it may or may not have run",
             "the DUT may be rebooting: `await device.wait_reachable(60)`, then check its effect "
             "before retrying" if gone else
+            "the next call opens a fresh session; the DUT's sshd log may say why it ended it"
+            if session else
             "the next call opens a fresh channel; check whether the command kills its parent shell")
