@@ -71,8 +71,8 @@ class QlabdStrategy(Strategy):
         return str(self.target.env.config.resolve_path(self.control.path))
 
     def _ask(self, op: str, image: str | None = None) -> dict[str, Any]:
-        reply = ctlsock.ask(self._socket(), ctlsock.Request(op=op, image=image),  # type: ignore[arg-type]
-                            timeout=self.control.timeout)
+        request = ctlsock.Request.model_validate({"op": op, "image": image})
+        reply = ctlsock.ask(self._socket(), request, timeout=self.control.timeout)
         if not reply.ok:
             raise StrategyError(f"qlabd refused or failed `{op}`: {reply.error}")
         return reply.state
