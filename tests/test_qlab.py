@@ -3,7 +3,8 @@ clients. One guest for the module (the `qlab` fixture boots it through labgrid: 
 QEMUDriver and moves the QlabStrategy to `shell`). Nothing is stood in for: mac80211_hwsim radios,
 hostapd, wpa_supplicant, the firmware's nl80211 HAL, sysupgrade and the reboot are all real.
 The middle tests drive the qlab as labwarden drives any DUT: through its lab profile (the labgrid
-backend, [load] kind = "wpa_supplicant", [flash] kind = "sysupgrade") and the tool runner.
+backend, [load] kind = "wpa_supplicant", [flash] kind = "labgrid": labwarden's QlabdStrategy asks
+qlabd to power off, program the flash disk and boot) and the tool runner.
 The last test brings the qlab down through the CLI."""
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typer.testing import CliRunner
 from labwarden.cli.app import app
 from labwarden.lab.config import LabProfile
 from labwarden.lab.labgrid import LabgridConfig, resolve_target
-from labwarden.qlab import control, firmware, guestssh, procs, stations
+from labwarden.lab.labgrid import transition as labgrid_transition
+from labwarden.qlab import control, ctlsock, firmware, guestssh, procs, stations
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from tests.qlab_fixtures import Qlab
@@ -138,30 +140,73 @@ async def _ok(q: Qlab, tool: str, args: dict[str, Any] | None = None) -> dict[st
 
 
 @pytest.mark.anyio
-async def test_build_and_flash_a_patched_image_with_a_real_reboot(qlab: Qlab) -> None:
-    """build -> flash ([flash] kind = "sysupgrade": the build's image.tar.gz is uploaded, the
-    guest's sysupgrade checks and packs it, writes its flash disk and reboots the kernel) ->
-    fingerprint_verify proves the patched build runs."""
+async def test_build_and_flash_a_patched_image_through_the_labgrid_strategy(qlab: Qlab) -> None:
+    """build -> flash ([flash] kind = "labgrid": labwarden's QlabdStrategy packs the build's image
+    into the flash format and asks qlabd to run its real strategy -- QEMUDriver off, the image onto
+    the flash disk, QEMUDriver on until dropbear answers) -> fingerprint_verify proves the patched
+    build runs. One QEMU throughout: a new process, never a second one."""
+    prof = LabProfile.from_file(qlab.layout.lab_toml)
+    assert prof.flash.kind == "labgrid" and prof.dut.labgrid is not None
+    assert "QEMUDriver" not in Path(prof.dut.labgrid.env).read_text()  # labwarden's env starts none
     # what runs now is the previous test's 0901 build: proven first (the board's health check)
     running = await _ok(qlab, "build", {"patches": ["0901"]})
     assert (await _ok(qlab, "fingerprint_verify", {"build_id": running["build_id"]}))["verified"]
     built = await _ok(qlab, "build", {"patches": ["0902"]})
     assert built["git_hash"] != running["git_hash"]
     before = await asyncio.to_thread(control.boot_id, qlab.endpoint)
+    qemu_before = procs.qemu_pids(qlab.layout)
+    boots = control.status(qlab.root).boots
     flashed = await _ok(qlab, "flash", {"build_id": built["build_id"]})
     assert flashed["flashed"] and flashed["overlay_wiped"]
     after = await asyncio.to_thread(control.boot_id, qlab.endpoint)
-    assert after != before, "sysupgrade must reboot the kernel"
+    assert after != before, "the strategy must boot the flashed image"
+    st = control.status(qlab.root)
+    assert st.boots == boots + 1 and st.boot_id == after
+    assert len(st.qemu_pids) == 1 and st.qemu_pids != qemu_before  # powered off and on: one QEMU
     verified = await _ok(qlab, "fingerprint_verify", {"build_id": built["build_id"]})
     assert verified["verified"], verified["mismatches"]
     assert verified["git_hash_running"] == built["git_hash"] and verified["overlay_empty"]
-    # the guest booted the image sysupgrade packed from this build's tar (its own manifest)
+    # the flash disk holds the image packed on the host from this build, and the guest booted it
+    image = Path(built["image"]).with_name(firmware.IMAGE_NAME)
     manifest = (await asyncio.to_thread(qlab.sh, "cat /usr/lib/lwfw/manifest")).stdout
-    assert f"image=labwarden-{built['build_id']}.img" in manifest
+    assert f"build_id={built['build_id']}" in manifest and f"git_hash={built['git_hash']}" in manifest
+    data = image.read_bytes()
+    with qlab.layout.flash_disk.open("rb") as f:
+        assert f.read(len(data)) == data
     status = await _ok(qlab, "lab_status")
     knobs = {k["name"]: k for k in status["knobs"]}
     assert knobs["governor"]["applicable"] is False  # no cpufreq under QEMU
     assert knobs["governor"]["value"].startswith("n/a: no cpufreq on this DUT")
+
+
+@pytest.mark.anyio
+async def test_power_cycle_through_the_strategy_and_a_refused_image(qlab: Qlab, tmp_path: Path) -> None:
+    """A power cycle is labwarden's strategy moved to shell with no image (qlabd: off, then
+    shell): a new QEMU, a new boot, the same firmware. A corrupt image is refused by qlabd before
+    it stops anything."""
+    prof = LabProfile.from_file(qlab.layout.lab_toml)
+    assert prof.dut.labgrid is not None
+    cfg = LabgridConfig(env=prof.dut.labgrid.env, target=prof.dut.labgrid.target)
+    before = await asyncio.to_thread(control.boot_id, qlab.endpoint)
+    qemu_before = procs.qemu_pids(qlab.layout)
+    await labgrid_transition(cfg, "shell")
+    after = await asyncio.to_thread(control.boot_id, qlab.endpoint)
+    assert after != before and procs.qemu_pids(qlab.layout) not in ([], qemu_before)
+    assert control.status(qlab.root).boot_id == after
+    # a corrupted copy of the running image: refused, the guest keeps running the same boot
+    good = next(qlab.layout.builds.glob(f"*/{firmware.IMAGE_NAME}"))
+    bad = qlab.layout.builds / "corrupt.img"
+    data = bytearray(good.read_bytes())
+    data[4096] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    reply = ctlsock.ask(qlab.layout.socket, ctlsock.Request(op="flash", image=str(bad)), timeout=60)
+    assert not reply.ok and "corrupt image" in (reply.error or "") and reply.state["state"] == "shell"
+    outside = tmp_path / "x.img"
+    outside.write_bytes(good.read_bytes())
+    reply = ctlsock.ask(qlab.layout.socket, ctlsock.Request(op="flash", image=str(outside)), timeout=60)
+    assert not reply.ok and "inside" in (reply.error or "")
+    assert await asyncio.to_thread(control.boot_id, qlab.endpoint) == after
+    bad.unlink()
 
 
 @pytest.mark.anyio

@@ -8,14 +8,19 @@ process must own the target: `qlab up` starts this daemon, which transitions the
 
 Requests are signals, results are run/state.json (written atomically, `seq` counts handled
 requests): SIGTERM/SIGINT stop, SIGHUP power cycle (off, then shell), SIGUSR1 off, SIGUSR2 shell.
+The control socket run/qlabd.sock (ctlsock.py) takes the same transitions and `flash` (off, the
+image onto the flash disk, shell) and answers each when it is done: labwarden's QlabdStrategy
+(remote.py) uses it, so that labwarden drives the one QEMU this daemon holds.
 If QEMU exits on its own (the guest powered off), the state says so and the daemon exits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import queue
 import signal
 import sys
 import time
@@ -23,10 +28,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from labwarden.core.errors import LabError
+from labwarden.qlab import ctlsock, firmware
 from labwarden.qlab.paths import QlabLayout
 from labwarden.qlab.procs import qemu_pids
 
 log = logging.getLogger("qlabd")
+WIFI_WAIT_S = 120
 
 _REQUESTS = {signal.SIGTERM: "stop", signal.SIGINT: "stop", signal.SIGHUP: "cycle",
              signal.SIGUSR1: "off", signal.SIGUSR2: "shell"}
@@ -58,9 +66,13 @@ class Daemon:
         target = env.get_target("main")
         assert target is not None
         self.strategy = target.get_driver("QlabStrategy")
+        control = ctlsock.Server(self.layout.socket, lambda: dict(self.state))
         try:
             self.pending.insert(0, "shell")
             while True:
+                if not self.pending and self.state["state"] in ("shell", "off"):
+                    with contextlib.suppress(queue.Empty):
+                        self.handle(control.queue.get_nowait())
                 while self.pending:
                     request = self.pending.pop(0)
                     if request == "stop":
@@ -81,12 +93,62 @@ class Daemon:
             self.publish(state="error", error=f"{type(cause).__name__}: {cause}")
             return 1
         finally:
+            control.close()
             try:
                 target.cleanup()  # deactivates the drivers: QEMU quits, ssh masters close
             except Exception:
                 log.error("cleanup: %s", traceback.format_exc())
             if self.state["state"] not in ("dead", "error"):
                 self.publish(state="stopped", qemu_pid=None)
+
+    def handle(self, pending: ctlsock.Pending) -> None:
+        """One control-socket request, answered when done. A refused image leaves the DUT as it
+        was; a failed transition is answered, then ends the daemon as a failed signal would."""
+        request = pending.request
+        try:
+            if request.op == "flash":
+                self.flash(Path(request.image or ""))
+            else:
+                for step in (["off", "shell"] if request.op == "cycle" else [request.op]):
+                    self.transition(step)
+            if self.state["state"] == "shell":
+                self.wait_aps()
+        except LabError as exc:
+            log.error("%s refused: %s", request.op, exc.problem)
+            pending.done(ctlsock.Reply(ok=False, error=f"{exc.problem} (remedy: {exc.remedy})",
+                                       state=dict(self.state)))
+            if self.state["state"] not in ("shell", "off"):
+                raise
+            return
+        except Exception as exc:
+            pending.done(ctlsock.Reply(ok=False, error=f"{type(exc.__cause__ or exc).__name__}: "
+                                       f"{exc.__cause__ or exc}", state=dict(self.state)))
+            raise
+        self.publish(seq=self.state["seq"] + 1)
+        pending.done(ctlsock.Reply(ok=True, state=dict(self.state)))
+
+    def wait_aps(self) -> None:
+        """Answer only once the APs are up, as `qlab up` does: a caller that heals the topology
+        right after (`wifi reload`) would otherwise race the boot's own `wifi up`."""
+        _out, err, code = self.strategy.ssh.run(f"/usr/sbin/wifi wait {WIFI_WAIT_S}",
+                                                timeout=WIFI_WAIT_S + 30)
+        if code != 0:
+            raise ctlsock.ControlError(f"the APs did not come up after the boot: {' '.join(err)}",
+                                       "see the guest's /tmp/log/hostapd.log")
+
+    def flash(self, image: Path) -> None:
+        """off -> the image onto the flash disk (and a clean overlay asked for) -> shell. The image
+        is checked (and must lie in this qlab's dir) before QEMU is stopped."""
+        image = image.resolve()
+        if not image.is_relative_to(self.layout.root) or not image.is_file():
+            raise ctlsock.ControlError(f"flash: {image} is not a file inside {self.layout.root}",
+                                       "flash a build of this qlab (its builds/ dir)",
+                                       kind="invalid_input")
+        firmware.check_image(image)
+        self.transition("off")
+        log.info("writing %s to the flash disk", image)
+        firmware.install(self.layout, image)
+        self.transition("shell")
 
     def transition(self, state: str) -> None:
         log.info("transition to %s", state)

@@ -1,5 +1,7 @@
 """The qlab as labgrid sees it: one env YAML target with a QEMUDriver, a NetworkService (dropbear
-through QEMU's user-mode hostfwd on 127.0.0.1), an SSHDriver and the QlabStrategy.
+through QEMU's user-mode hostfwd on 127.0.0.1), an SSHDriver and the QlabStrategy -- the
+daemon's (env.yaml). labwarden loads client-env.yaml: the same target without the QEMUDriver,
+with a QlabdStrategy that asks the daemon (remote.py).
 
 QEMU's devices, in the order the guest relies on:
 - the base image (QEMUDriver `disk`, read-only: one cached file shared by every qlab);
@@ -88,6 +90,24 @@ def env_config(layout: QlabLayout, image: QlabImage, spec: GuestSpec) -> dict[st
     }
 
 
+def client_config(layout: QlabLayout, image: QlabImage, spec: GuestSpec) -> dict[str, object]:
+    """The same target as labwarden sees it (remote.py): dropbear, and a strategy that asks the
+    daemon through its control socket -- no QEMUDriver, so loading it can never start a QEMU."""
+    return {
+        "imports": ["labwarden.qlab.remote"],
+        "targets": {TARGET: {
+            "resources": {"NetworkService": {"address": "127.0.0.1", "port": spec.ssh_port,
+                                             "username": "root"},
+                          "QlabdControl": {"path": str(layout.socket)}},
+            "drivers": {
+                "SSHDriver": {"keyfile": image.client_key, "connection_timeout": 240.0},
+                "QlabdStrategy": {},
+            },
+        }},
+        "tools": {"ssh": str(layout.keys / "ssh-pinned")},
+    }
+
+
 def _pinned_ssh(layout: QlabLayout) -> None:
     """labgrid's SSHDriver runs ssh with StrictHostKeyChecking=no and no way to pass options; ssh
     keeps the first value of an option, so this wrapper, put first, pins the guest's host key."""
@@ -107,4 +127,7 @@ def write(layout: QlabLayout, image: QlabImage, spec: GuestSpec) -> None:
               f"# image {image.key} (kernel {image.kernel_version}); {spec.accel.name}: "
               f"{spec.accel.reason}\n")
     text = yaml.safe_dump(env_config(layout, image, spec), sort_keys=False, width=200)
-    layout.env_yaml.write_text(header + text)
+    layout.env_yaml.write_text(header + "# the daemon's (qlabd holds the QEMUDriver); labwarden loads "
+                               f"{layout.client_env_yaml.name}\n" + text)
+    text = yaml.safe_dump(client_config(layout, image, spec), sort_keys=False, width=200)
+    layout.client_env_yaml.write_text(header + text)

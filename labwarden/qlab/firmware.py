@@ -19,6 +19,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from labwarden.core.errors import LabError
 from labwarden.lab.host import builder
 from labwarden.lab.host.builder import BuildError, BuildManifest, git
 from labwarden.qlab.image import BOARD
@@ -105,6 +106,64 @@ def pack(manifest: BuildManifest, board: str = BOARD) -> Path:
         tmp_image.write_bytes(data + trailer.ljust(TRAILER, b"\0"))
         tmp_image.replace(image)
     return image
+
+
+class ImageRefused(LabError):
+    """An image that is not a good qlab firmware image (checked before the DUT is touched)."""
+
+    kind = "invalid_input"
+
+
+def check_image(image: Path, board: str = BOARD) -> dict[str, str]:
+    """The checks the guest's sysupgrade makes, on the host: the LWFW1 trailer, the board, the
+    filesystem's size and sha256, and that it fits the flash. Returns the trailer's fields."""
+    def refuse(why: str) -> ImageRefused:
+        return ImageRefused(f"image {image}: {why}",
+                            "flash a build's image (`build`, then `flash` its build_id)")
+
+    try:
+        data = image.read_bytes()
+    except OSError as exc:
+        raise refuse(f"cannot read it: {exc.strerror}") from exc
+    if len(data) <= TRAILER:
+        raise refuse("too small to be a firmware image")
+    if len(data) > FLASH_BYTES:
+        raise refuse(f"{len(data)} bytes do not fit the {FLASH_BYTES}-byte flash")
+    lines = data[-TRAILER:].rstrip(b"\0").decode(errors="replace").splitlines()
+    if not lines or lines[0] != "LWFW1":
+        raise refuse("no LWFW1 trailer: not a qlab firmware image")
+    fields = dict(line.split("=", 1) for line in lines[1:] if "=" in line)
+    if fields.get("board") != board:
+        raise refuse(f"built for board {fields.get('board')!r}, this is {board!r}")
+    if fields.get("size") != str(len(data) - TRAILER):
+        raise refuse(f"trailer says {fields.get('size')} bytes of filesystem, the file holds "
+                     f"{len(data) - TRAILER}")
+    if hashlib.sha256(data[:-TRAILER]).hexdigest() != fields.get("sha256"):
+        raise refuse("sha256 differs from the trailer's: corrupt image")
+    return fields
+
+
+def install(layout: QlabLayout, image: Path) -> dict[str, str]:
+    """Program a powered-off qlab as a factory programmer would: `image` (checked first) onto the
+    flash disk, and the data disk marked for a clean overlay on the next boot (/overlay/.wipe, as
+    the guest's sysupgrade leaves it; the initramfs keeps /etc/config). QEMU must not run."""
+    fields = check_image(image)
+    write_flash(layout.flash_disk, image)
+    # QEMU quit without the guest unmounting: replay the data disk's journal before writing to
+    # it, or the guest's replay at mount could undo the new directory entry
+    fsck = subprocess.run(["e2fsck", "-p", str(layout.data_disk)], capture_output=True, text=True)
+    if fsck.returncode > 1:
+        raise BuildError("e2fsck", (fsck.stderr or fsck.stdout).strip().splitlines()[-10:],
+                         f"the data disk {layout.data_disk} is damaged: `qlab down`, then `qlab up` "
+                         "makes a fresh one")
+    out = subprocess.run(["debugfs", "-w", "-f", "-", str(layout.data_disk)],
+                         input="rm .wipe\nwrite /dev/null .wipe\n", capture_output=True, text=True)
+    check = subprocess.run(["debugfs", "-R", "stat .wipe", str(layout.data_disk)],
+                           capture_output=True, text=True)
+    if out.returncode != 0 or "Inode:" not in check.stdout:
+        raise BuildError("debugfs", (out.stderr + check.stderr).strip().splitlines()[-10:],
+                         "check e2fsprogs (debugfs) and the data disk")
+    return fields
 
 
 def write_flash(disk: Path, image: Path | None) -> None:

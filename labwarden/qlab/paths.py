@@ -33,6 +33,12 @@ class QlabLayout:
         return self.root / "env.yaml"
 
     @property
+    def client_env_yaml(self) -> Path:
+        """labwarden's env YAML of the target (the profile names it): no QEMUDriver, its
+        strategy asks the daemon (remote.py); env_yaml is the daemon's own."""
+        return self.root / "client-env.yaml"
+
+    @property
     def lab_toml(self) -> Path:
         return self.root / "lab.toml"
 

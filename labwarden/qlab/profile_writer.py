@@ -1,9 +1,12 @@
 """Write the lab profile (lab.toml) of a qlab: the DUT is a labgrid target, reached over SSH.
 
 With [2/2]'s driver keys: [dut] env gives every command its PATH (no login shell on the DUT);
-[flash] kind = "sysupgrade" uploads the build's image and runs the guest's own sysupgrade, which
-reboots the kernel (the driver waits for a new boot_id); [load] kind = "wpa_supplicant" holds
-real stations through the guest's `lw-sta`; [readers] clients is the firmware's own count. The
+[flash] kind = "labgrid" moves labwarden's QlabdStrategy (client-env.yaml, remote.py) to shell
+with the build's image: qlabd powers the guest off, writes the image to the flash disk and boots
+it. Why labgrid and not the guest's own sysupgrade: a flash must work when the DUT's userland
+does not (a bench reflashes a wedged board through its programmer), and the one QEMU stays in
+qlabd; sysupgrade stays one profile line away. [load] kind = "wpa_supplicant" holds real
+stations through the guest's `lw-sta`; [readers] clients is the firmware's own count. The
 governor/boost knobs are not applicable under QEMU (no cpufreq), so [policy] heals neither.
 """
 
@@ -41,7 +44,7 @@ backend = "labgrid"
 env = {{ PATH = "/usr/sbin:/usr/bin:/sbin:/bin" }}
 
 [dut.labgrid]
-env = {_q(str(layout.env_yaml))}
+env = {_q(str(layout.client_env_yaml))}
 target = "main"
 host_key = {_q(image.host_key)}
 strategy_state = "shell"
@@ -67,11 +70,13 @@ patches_dirs = {json.dumps([str(d) for d in firmware.patches_dirs(layout)])}
 baseline = {_q(manifest.build_id)}
 
 [flash]
-# the guest's sysupgrade checks the build's image.tar.gz (gzip CRC, usr/ only), packs it into
-# its flash format (ext4 + a checked trailer, as `{firmware.IMAGE_NAME}`), writes the flash disk
-# and reboots the kernel: the driver waits for a new boot_id, SSH and a new stad
-kind = "sysupgrade"
-command = ["sysupgrade"]
+# through the labgrid strategy of {layout.client_env_yaml.name}: qlabd powers the guest off, writes
+# the build's image (packed on the host into the flash format, checked) to the flash disk, asks
+# for a clean overlay and boots it (a new boot_id). It needs no working DUT, as a bench's
+# programmer. kind = "sysupgrade" (command ["sysupgrade"]) makes the guest flash itself instead.
+kind = "labgrid"
+state = "shell"
+image_key = "root"
 timeout_s = 300
 
 [load]
