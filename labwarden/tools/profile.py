@@ -156,8 +156,8 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
         raise
     record = ProfileRecord(id=pid, stations=inp.stations, window_s=inp.window_s, kind=kind,
                            build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
-                           target_pid=proc.pid, system_wide=inp.system_wide and bool(perf_reps)
-                           and inp.perf, windows=windows, kallsyms=kallsyms,
+                           target_pid=proc.pid, windows=windows, kallsyms=kallsyms,
+                           system_wide=inp.system_wide and kallsyms is not None,  # perf recorded
                            uprobes={c: f"{b}:{f}" for c, (b, f) in probes.items()},
                            notes=notes)
     store.save("prof", pid, record)

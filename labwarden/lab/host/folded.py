@@ -24,6 +24,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from labwarden.core.devtext import DeviceText
+
 _UNRESOLVED = re.compile(r"\[[^\[\]]*\]")
 
 
@@ -262,18 +264,18 @@ def by_comm(f: Folded) -> Folded:
 
 
 class ThreadShare(BaseModel):
-    thread: str = Field(description="comm as perf recorded it (ksoftirqd/0, kworker/1:2-events, "
+    thread: DeviceText = Field(description="comm as perf recorded it (ksoftirqd/0, kworker/1:2-events, "
                         "the target's name, ...)")
     pid: int | None = Field(description="None: the recording was collapsed by comm only")
     tid: int | None
     samples: int
     pct: float = Field(description="% of all samples")
-    top_self: list[str] = Field(description="its hottest leaf functions, '% name' (% of this "
+    top_self: list[DeviceText] = Field(description="its hottest leaf functions, '% name' (% of this "
                                 "thread's samples)")
 
 
 class ThreadGroup(BaseModel):
-    group: str = Field(description="ksoftirqd/*, kworker/*, swapper (idle), or a comm")
+    group: DeviceText = Field(description="ksoftirqd/*, kworker/*, swapper (idle), or a comm")
     threads: int = Field(description="distinct threads (or comms) in it")
     samples: int
     pct: float = Field(description="% of all samples")
