@@ -99,6 +99,8 @@ async def test_system_wide_flame_graph_holds_nft_do_chain(
     assert all(not fl.thread_frame(frames[0])[1] for frames, _ in merged.stacks)
     holders = {frames[0] for frames, _ in merged.stacks if "nft_do_chain" in frames}
     assert holders & ({"iperf3"} | {n for n in names if n.startswith("ksoftirqd/")}), holders
+    again = await ok(lab, "symbolize", {"profile_id": loaded["profile_id"]})  # from the cache
+    assert again["cached"] and again["threads"] == res["threads"]
 
 
 # -- no lab: the per-thread fold and old records ---------------------------------------------

@@ -169,7 +169,8 @@ async def symbolized(ctx: LabContext, rec: ProfileRecord, perf_data: Path,
     if is_regular_file(index):
         try:
             hit = Symbolized.model_validate_json(index.read_text())
-            files = [contained(f, [base / key], what="symbolize key") for f in (hit.folded, hit.svg)]
+            files = [contained(f, [base / key], what="symbolize key")
+                     for f in (hit.folded, hit.svg, *filter(None, [hit.threads_folded]))]
             if hit.format == FORMAT and all(is_regular_file(f) for f in files):
                 return hit, True
         except (ValueError, PathRefused):
