@@ -62,7 +62,9 @@ def test_softirq_share_nonzero_under_load_near_zero_idle(
     idle, loaded = profiles
     ki, kl = idle["kernel"], loaded["kernel"]
     print(f"\nidle:   {ki['per_rep'][0]}\nloaded: {kl['per_rep'][0]}")
-    assert ki["softirq_pct"] < 3.0, ki
+    # the split is the whole kernel's: another traffic source on this host (a qlab's iperf3)
+    # shows here too -- re-run alone before concluding anything
+    assert ki["softirq_pct"] < 3.0, ("idle softirq share: other traffic on this kernel?", ki)
     assert kl["softirq_pct"] > 5.0 and kl["softirq_pct"] > 3 * ki["softirq_pct"], (ki, kl)
     assert kl["net_rx_per_s"] > 10 * max(ki["net_rx_per_s"], 1.0), (ki, kl)
     assert kl["busiest_softirq_system_pct"] > kl["softirq_pct"]
