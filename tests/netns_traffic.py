@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -88,10 +89,19 @@ def tools_or_missing() -> None:
             missing(f"{tool} not installed (apt-get install {package}: needs iperf3 and nftables)")
 
 
+def _remove_stale() -> None:
+    """Namespaces of an earlier run that was killed before its clean-up (its pid is gone)."""
+    for name in netns_names():
+        m = re.fullmatch(r"lwk(\d+)[ab]", name)
+        if m and not Path(f"/proc/{m[1]}").exists():
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
+
+
 @contextlib.contextmanager
 def netns_pair(rules: int) -> Iterator[NetnsPair]:
     """The two namespaces, the veth pair and the rule set; all removed on exit."""
     tools_or_missing()
+    _remove_stale()
     tag = f"lwk{os.getpid()}"
     pair = NetnsPair(client=f"{tag}a", server=f"{tag}b")
     try:
