@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from labwarden.core.kernelsplit import KernelSummary
 from labwarden.lab.dut import kstat
 
 STAT_A = """cpu  100 0 50 800 10 5 20 0 7 0
@@ -113,3 +114,17 @@ def test_this_hosts_proc_round_trips_and_sums_to_100() -> None:
     assert d.softirqs["TIMER"].total > 0
     assert d.ksoftirqd.keys() == a.ksoftirqd.keys() and all(v >= 0 for v in d.ksoftirqd.values())
     assert kstat.KernelSplit.model_validate_json(d.model_dump_json()) == d
+
+
+def test_summary_over_reps() -> None:
+    a = kstat.parse("1000.50 1800.00\n" + STAT_A + SOFT_A + KSOFT_A)
+    b = kstat.parse("1010.50 1815.00\n" + STAT_B + SOFT_B + KSOFT_B)
+    one, none = kstat.delta(a, b), kstat.delta(a, a)
+    s = KernelSummary.of([one, none])
+    assert s is not None
+    assert s.busiest_cpu == "cpu0" and s.busiest_softirq_system_pct == one.busiest_softirq_system_pct
+    assert s.per_cpu_softirq_system_pct == {
+        "cpu0": round(one.per_cpu[0].softirq_system_pct / 2, 1),
+        "cpu1": round(one.per_cpu[1].softirq_system_pct / 2, 1)}
+    assert s.net_rx_per_s == 110.0  # a zero-length interval has no rate: left out of the mean
+    assert s.ksoftirqd_max_pct == 20.0

@@ -82,7 +82,8 @@ class KernelSummary(BaseModel):
     net_rx_per_s: float | None = Field(description="NET_RX softirqs per second, mean of reps")
     ksoftirqd_max_pct: float = Field(0.0, description="the busiest ksoftirqd/N, % of one core "
                                      "(highest over the reps; 0: none ran)")
-    per_rep: list[str] = Field(description="one line per window: busiest core, all cores, NET_RX/TX")
+    per_cpu_softirq_system_pct: dict[str, float] = Field(
+        description="each core's softirq + system, % of it, mean of reps (cpuN -> %)")
 
     @classmethod
     def of(cls, splits: list[KernelSplit]) -> KernelSummary | None:
@@ -98,4 +99,14 @@ class KernelSummary(BaseModel):
                    net_rx_per_s=round(statistics.fmean(rx), 1) if rx else None,
                    ksoftirqd_max_pct=max(((h or ("", 0.0))[1] for h in
                                           (k.busiest_ksoftirqd() for k in splits)), default=0.0),
-                   per_rep=[k.summary() for k in splits])
+                   per_cpu_softirq_system_pct=_per_cpu_means(splits))
+
+
+def _per_cpu_means(splits: list[KernelSplit]) -> dict[str, float]:
+    """cpuN -> mean softirq + system % over the splits that have that core, cores in order."""
+    seen: dict[str, list[float]] = {}
+    for k in splits:
+        for c in k.per_cpu:
+            seen.setdefault(c.cpu, []).append(c.softirq_system_pct)
+    return {c: round(statistics.fmean(v), 1)
+            for c, v in sorted(seen.items(), key=lambda kv: int(kv[0].removeprefix("cpu")))}
