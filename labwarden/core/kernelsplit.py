@@ -1,0 +1,59 @@
+"""The kernel's CPU split over an interval (a window): per core and in total, % of the interval
+in user, system, irq, softirq, idle, ..., and how often each softirq ran. Made on the DUT side by
+lab/dut/kstat.py (from /proc/stat and /proc/softirqs); stored on a Window (core/measurements.py).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class CpuSplit(BaseModel):
+    """One core's (or all cores') time over an interval, % of that interval."""
+
+    cpu: str = Field(description='"all" or "cpuN"')
+    ticks: int = Field(description="USER_HZ ticks elapsed (all fields summed); 0: no time passed")
+    user_pct: float
+    nice_pct: float
+    system_pct: float
+    irq_pct: float
+    softirq_pct: float
+    idle_pct: float
+    iowait_pct: float
+    steal_pct: float
+    busy_pct: float = Field(description="user + nice + system + irq + softirq")
+    softirq_system_pct: float = Field(description="softirq + system: the kernel's packet work")
+
+
+class SoftirqDelta(BaseModel):
+    """How often one softirq type ran over an interval."""
+
+    per_cpu: list[int] = Field(description="count per CPU column of /proc/softirqs")
+    total: int
+    per_s: float | None = Field(description="total / interval (None: no uptime in the snapshots)")
+
+
+class KernelSplit(BaseModel):
+    """The delta of two snapshots: the CPU split per core and in total, and softirq counts."""
+
+    wall_s: float | None = Field(description="interval from /proc/uptime, s (None: unknown)")
+    total: CpuSplit = Field(description="all cores together: % of the cores' summed time")
+    per_cpu: list[CpuSplit] = Field(description="each core online in both snapshots, by index")
+    softirqs: dict[str, SoftirqDelta] = Field(description="type (NET_RX, NET_TX, TIMER, ...) -> delta")
+    busiest_cpu: str | None = Field(description="the core with the highest softirq + system share")
+    busiest_softirq_system_pct: float = Field(description="that core's softirq + system, % of it")
+
+    def summary(self) -> str:
+        """One line for a person: the busiest core's kernel share, the total, NET_RX rate."""
+        t = self.total
+        parts = [f"all cores: softirq {t.softirq_pct:.1f}% system {t.system_pct:.1f}% "
+                 f"user {t.user_pct:.1f}% idle {t.idle_pct:.1f}%"]
+        if self.busiest_cpu is not None:
+            b = next(c for c in self.per_cpu if c.cpu == self.busiest_cpu)
+            parts.insert(0, f"busiest {b.cpu}: softirq+system {b.softirq_system_pct:.1f}% "
+                         f"(softirq {b.softirq_pct:.1f}%, system {b.system_pct:.1f}%)")
+        for name in ("NET_RX", "NET_TX"):
+            d = self.softirqs.get(name)
+            if d is not None and d.per_s is not None:
+                parts.append(f"{name} {d.per_s:.0f}/s")
+        return "; ".join(parts)
