@@ -256,6 +256,13 @@ class Iperf3Load(_Strict):
     timeout_s: float = Field(30, gt=0, le=600, description="beyond a window's length: how long "
                              "starting and ending a window may take")
     settle_s: float = Field(1.0, ge=0, le=60, examples=[1.0])
+    router_config: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]+$", examples=["firewall"],
+                                      description="the DUT's UCI file (under [dut.paths] config) "
+                                      "with the forward rule set: `router_rules` writes its "
+                                      "`rules` and `mode` options (None: not a changeable DUT)")
+    router_reload: list[str] = Field(default_factory=list, examples=[["lw-route", "reload"]],
+                                     description="argv on the DUT that applies router_config and "
+                                     "prints its state (`rules=N mode=M ...`)")
 
 
 LoadSection = Annotated[StasimLoad | NoLoad | CommandLoad | WpaSupplicantLoad | Iperf3Load,

@@ -123,5 +123,8 @@ client = ["ip", "netns", "exec", "{LAN.netns}"]
 server = ["ip", "netns", "exec", "{WAN.netns}"]
 server_addr = "{WAN.host_addr}"
 settle_s = 1.0
+# `router_rules` rewrites /etc/config/firewall (rules N, mode chain | set) and reloads it
+router_config = "firewall"
+router_reload = ["lw-route", "reload"]
 """
 """The traffic qlab's [load] (profile_writer puts it in place of the stations' one)."""
