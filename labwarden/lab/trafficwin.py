@@ -26,7 +26,7 @@ from labwarden.lab.dut import kstat, netq
 from labwarden.lab.dut.device import Device
 
 LEAD_S = 1.0
-TAIL_S = 0.5
+TAIL_S = 0.6
 
 
 class TrafficStep(BaseModel):
@@ -65,7 +65,5 @@ async def measure(dev: Device, profile: LabProfile, state: BoardState, load: Ipe
         if not window.done():
             window.cancel()
             await asyncio.gather(window, return_exceptions=True)
-    split = kstat.delta(k0, k1)
-    wall = split.wall_s or (secs - LEAD_S - TAIL_S)
-    return TrafficStep(traffic=traffic, kernel=split, queues=netq.delta(q0, q1, wall, cond.clk_tck),
-                       conditions=cond)
+    return TrafficStep(traffic=traffic, kernel=kstat.delta(k0, k1),
+                       queues=netq.delta(q0, q1, cond.clk_tck), conditions=cond)

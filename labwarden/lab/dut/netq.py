@@ -16,13 +16,15 @@ from pydantic import BaseModel, Field
 from labwarden.lab.dut.protocol import DutAccess
 
 SCRIPT = (
-    'for d in /sys/class/net/*; do s=$d/statistics; echo dev "${d##*/}" $(cat $s/rx_packets '
-    '$s/tx_packets $s/rx_dropped $s/tx_dropped $s/tx_errors 2>/dev/null); done; '
-    "echo softnet; cat /proc/net/softnet_stat; echo end; "
+    "cat /proc/uptime /proc/net/dev; echo softnet; cat /proc/net/softnet_stat; echo end; "
     "tc -s qdisc show 2>/dev/null; "
     'for p in /proc/[0-9]*; do read -r s < $p/stat 2>/dev/null || continue; '
     'case $s in *"(ksoftirqd/"*) echo "ksoftirqd $s";; esac; done'
 )
+"""One read of /proc/net/dev for every NIC (a `cat` per counter file would spread the snapshot
+over ~0.4 s under TCG, skewing the packet rates), with the DUT's uptime as its timestamp."""
+_UPTIME = re.compile(r"^\d+(?:\.\d+)? \d+(?:\.\d+)?$")
+_DEV = re.compile(r"^\s*([^\s:]+):\s*(\d[\d\s]*)$")
 _QDISC = re.compile(r"^qdisc \S+ \S+ dev (\S+) root")
 _SENT = re.compile(r"^\s*Sent \d+ bytes (\d+) pkt \(dropped (\d+), overlimits (\d+)")
 
@@ -37,6 +39,7 @@ class NicCounters(BaseModel):
 
 
 class NetqSnapshot(BaseModel):
+    uptime_s: float | None = Field(None, description="DUT /proc/uptime when read")
     nics: dict[str, NicCounters]
     softnet_dropped: int = Field(0, description="/proc/net/softnet_stat column 2, all CPUs")
     softnet_squeezed: int = Field(0, description="column 3 (time_squeeze), all CPUs")
@@ -47,6 +50,7 @@ class NetqSnapshot(BaseModel):
 class NetqDelta(BaseModel):
     """Counters over a window."""
 
+    wall_s: float = Field(description="the interval, s (the DUT's uptime)")
     nics: dict[str, NicCounters] = Field(description="per NIC: deltas")
     softnet_dropped: int
     softnet_squeezed: int
@@ -64,23 +68,27 @@ def argv() -> list[str]:
 
 def parse(text: str) -> NetqSnapshot:
     nics: dict[str, NicCounters] = {}
+    uptime: float | None = None
     dropped = squeezed = 0
     soft: dict[str, int] = {}
     in_softnet = False
     qdisc_dev: str | None = None
     for line in text.splitlines():
         words = line.split()
-        if line == "softnet":
+        if uptime is None and not nics and len(words) == 2 and _UPTIME.match(line.strip()):
+            uptime = float(words[0])
+        elif line == "softnet":
             in_softnet = True
         elif line == "end":
             in_softnet = False
         elif in_softnet and len(words) >= 3:
             dropped += int(words[1], 16)
             squeezed += int(words[2], 16)
-        elif words[:1] == ["dev"] and len(words) == 7:
-            nics[words[1]] = NicCounters(**dict(zip(
-                ("rx_packets", "tx_packets", "rx_dropped", "tx_dropped", "tx_errors"),
-                (int(w) for w in words[2:]), strict=True)))
+        elif (m := _DEV.match(line)) is not None:
+            v = [int(w) for w in m.group(2).split()]
+            if len(v) >= 12:  # rx: bytes packets errs drop ...; tx from the 9th: bytes packets errs drop
+                nics[m.group(1)] = NicCounters(rx_packets=v[1], rx_dropped=v[3], tx_packets=v[9],
+                                               tx_errors=v[10], tx_dropped=v[11])
         elif words[:1] == ["ksoftirqd"] and ")" in line:
             comm = line[line.index("(") + 1:line.rindex(")")]
             rest = line[line.rindex(")") + 1:].split()
@@ -90,19 +98,23 @@ def parse(text: str) -> NetqSnapshot:
         elif qdisc_dev is not None and (m := _SENT.match(line)) is not None:
             nics.setdefault(qdisc_dev, NicCounters()).qdisc_dropped += int(m.group(2))
             qdisc_dev = None
-    return NetqSnapshot(nics=nics, softnet_dropped=dropped, softnet_squeezed=squeezed,
-                        ksoftirqd_ticks=soft)
+    return NetqSnapshot(uptime_s=uptime, nics=nics, softnet_dropped=dropped,
+                        softnet_squeezed=squeezed, ksoftirqd_ticks=soft)
 
 
-def delta(before: NetqSnapshot, after: NetqSnapshot, wall_s: float, clk_tck: int) -> NetqDelta:
+def delta(before: NetqSnapshot, after: NetqSnapshot, clk_tck: int) -> NetqDelta:
+    if before.uptime_s is None or after.uptime_s is None or after.uptime_s <= before.uptime_s:
+        raise ValueError("the snapshots have no uptime, or are out of order (a reboot between?)")
+    wall = round(after.uptime_s - before.uptime_s, 3)
     nics = {}
     for name, b in after.nics.items():
         a = before.nics.get(name, NicCounters())
         nics[name] = NicCounters(**{f: max(0, getattr(b, f) - getattr(a, f))
                                     for f in NicCounters.model_fields})
-    ks = {c: round(100.0 * max(0, t - before.ksoftirqd_ticks.get(c, t)) / clk_tck / wall_s, 1)
-          for c, t in after.ksoftirqd_ticks.items()} if wall_s > 0 else {}
-    return NetqDelta(nics=nics, softnet_dropped=max(0, after.softnet_dropped - before.softnet_dropped),
+    ks = {c: round(100.0 * max(0, t - before.ksoftirqd_ticks.get(c, t)) / clk_tck / wall, 1)
+          for c, t in after.ksoftirqd_ticks.items()}
+    return NetqDelta(wall_s=wall, nics=nics,
+                     softnet_dropped=max(0, after.softnet_dropped - before.softnet_dropped),
                      softnet_squeezed=max(0, after.softnet_squeezed - before.softnet_squeezed),
                      ksoftirqd_pct=ks)
 

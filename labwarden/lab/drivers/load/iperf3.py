@@ -73,7 +73,9 @@ class TrafficWindow(BaseModel):
 
     spec: TrafficSpec
     started_at: datetime
-    duration_s: float = Field(description="iperf3's own test length, s")
+    duration_s: float = Field(description="the receiver's test length, s (longer than the sender's "
+                              "when the path holds packets back)")
+    sent_s: float = Field(0.0, description="the sender's test length, s")
     offered_mbps: float | None = Field(description="asked: -b over all streams (None: TCP unlimited)")
     sent_mbps: float = Field(description="the sender's rate (end.sum_sent)")
     achieved_mbps: float = Field(description="the receiver's rate (end.sum_received)")
@@ -119,7 +121,8 @@ def parse(doc: dict[str, Any], spec: TrafficSpec, started_at: datetime) -> Traff
         check = (f"the sender reached {sent_mbps:.1f} Mbit/s of the {offered:g} offered: the load "
                  "host (or the DUT's back-pressure on TCP) is the limit, not only the DUT's loss")
     return TrafficWindow(
-        spec=spec, started_at=started_at, duration_s=round(seconds, 3), offered_mbps=offered,
+        spec=spec, started_at=started_at, duration_s=round(seconds, 3),
+        sent_s=round(float(sent.get("seconds") or 0.0), 3), offered_mbps=offered,
         sent_mbps=round(sent_mbps, 3),
         achieved_mbps=round(float(received.get("bits_per_second", 0)) / 1e6, 3),
         loss_pct=round(float(received.get("lost_percent", 0.0)), 3) if udp else None,
@@ -143,6 +146,7 @@ _HELD: dict[tuple[str, ...], list[asyncio.subprocess.Process]] = {}
 
 class Iperf3:
     kind: ClassVar[str] = "iperf3"
+    stops_traffic: ClassVar[bool] = True
 
     def __init__(self, section: Iperf3Load):
         self.section = section
@@ -173,6 +177,16 @@ class Iperf3:
 
     async def window(self, spec: TrafficSpec, seconds: float) -> TrafficWindow:
         """One measured window of `seconds` (whole seconds, >= 1)."""
+        started = datetime.now(UTC)
+        doc = await self.run_json(spec, seconds)
+        try:
+            return parse(doc, spec, started)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LoadError(f"iperf3's JSON could not be read: {exc}", "check the iperf3 version "
+                            "on the load hosts (3.7 or later writes end.sum_sent/sum_received)") from exc
+
+    async def run_json(self, spec: TrafficSpec, seconds: float) -> dict[str, Any]:
+        """The client's `iperf3 --json --get-server-output` document of one run."""
         secs = max(1, round(seconds))
         port = self.section.port
         server = await self._server(port)
@@ -180,7 +194,6 @@ class Iperf3:
             argv = self._argv(self.section.client, "-c", self.section.server_addr, "-p", str(port),
                               "-t", str(secs), "--json", "--get-server-output", *spec.argv())
             for attempt in range(10):  # the one-off server may still be binding
-                started = datetime.now(UTC)
                 client = await self._spawn(argv, asyncio.subprocess.PIPE)
                 try:
                     async with asyncio.timeout(secs + self.section.timeout_s):
@@ -203,10 +216,13 @@ class Iperf3:
         finally:
             await _kill(server)
         try:
-            return parse(json.loads(text), spec, started)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise LoadError(f"iperf3's JSON could not be read: {exc}", "check the iperf3 version "
-                            "on the load hosts (3.7 or later writes end.sum_sent/sum_received)") from exc
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise LoadError(f"iperf3 wrote no JSON: {text.strip()[-200:]}",
+                            "check the iperf3 binary on the client side") from exc
+        if not isinstance(doc, dict):
+            raise LoadError("iperf3's JSON is not an object", "check the iperf3 version")
+        return doc
 
     async def hold(self, clients: int) -> None:
         """Replace the held load by `clients` TCP streams (0 = stop it: an idle DUT)."""
