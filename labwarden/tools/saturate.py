@@ -138,15 +138,15 @@ def name_limit(bad: SatStep | None, inp: SaturateInput) -> tuple[Limit, str]:
              f"drops {bad.queue_drops}, DUT NIC took in {bad.dut_rx_pps} pps and forwarded "
              f"{bad.dut_forwarded_pct}% of it")
     took_in = None if bad.dut_rx_pps is None else bad.dut_rx_pps / bad.offered_pps
-    if not bad.on_target and (bad.loss_pct or 0) <= inp.loss_max_pct:
-        return "load_host", "the sender could not offer the rate: " + facts
     # softirq work spilling into ksoftirqd with NAPI out of budget (softnet squeezes) is a CPU
     # that cannot keep up, even when the tick accounting shows it below the ceiling
     spilled = bad.ksoftirqd_pct >= KSOFTIRQD_BUSY_PCT and bad.softnet_squeezed > 0
     cpu_full = bad.busiest_softirq_system_pct >= inp.cpu_ceiling_pct or \
         bad.cpu_busy_pct >= inp.cpu_ceiling_pct or spilled
-    if cpu_full:
-        return "cpu", facts
+    if cpu_full:  # first: a saturated DUT also slows a sender that shares its host (the qlab)
+        return "cpu", facts + ("" if bad.on_target else "; the sender also fell short")
+    if not bad.on_target and (bad.loss_pct or 0) <= inp.loss_max_pct:
+        return "load_host", "the sender could not offer the rate: " + facts
     if bad.queue_drops > 0:
         return "queue", facts
     if took_in is not None and took_in < 0.97:
