@@ -5,6 +5,8 @@ lab/dut/kstat.py (from /proc/stat and /proc/softirqs); stored on a Window (core/
 
 from __future__ import annotations
 
+import statistics
+
 from pydantic import BaseModel, Field
 
 
@@ -57,3 +59,30 @@ class KernelSplit(BaseModel):
             if d is not None and d.per_s is not None:
                 parts.append(f"{name} {d.per_s:.0f}/s")
         return "; ".join(parts)
+
+
+class KernelSummary(BaseModel):
+    """The DUT's kernel CPU split over the windows (details per window in the record)."""
+
+    softirq_pct: float = Field(description="all cores: softirq, % of the cores' time, mean of reps")
+    system_pct: float = Field(description="all cores: system, % of the cores' time, mean of reps")
+    busiest_cpu: str | None = Field(description="the core with the highest softirq + system share "
+                                    "(in the rep where it was highest)")
+    busiest_softirq_system_pct: float = Field(description="that core's softirq + system, % of it "
+                                              "(highest over the reps)")
+    net_rx_per_s: float | None = Field(description="NET_RX softirqs per second, mean of reps")
+    per_rep: list[str] = Field(description="one line per window: busiest core, all cores, NET_RX/TX")
+
+    @classmethod
+    def of(cls, splits: list[KernelSplit]) -> KernelSummary | None:
+        """The windows' splits in a few numbers (None when no window has one)."""
+        if not splits:
+            return None
+        top = max(splits, key=lambda k: k.busiest_softirq_system_pct)
+        rx = [d.per_s for k in splits if (d := k.softirqs.get("NET_RX")) and d.per_s is not None]
+        return cls(softirq_pct=round(statistics.fmean(k.total.softirq_pct for k in splits), 2),
+                   system_pct=round(statistics.fmean(k.total.system_pct for k in splits), 2),
+                   busiest_cpu=top.busiest_cpu,
+                   busiest_softirq_system_pct=top.busiest_softirq_system_pct,
+                   net_rx_per_s=round(statistics.fmean(rx), 1) if rx else None,
+                   per_rep=[k.summary() for k in splits])

@@ -12,6 +12,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from labwarden.core.conditions import Conditions
+from labwarden.core.kernelsplit import KernelSplit
 
 
 class Window(BaseModel):
@@ -30,6 +31,10 @@ class Window(BaseModel):
     restarted: bool = Field(False, description="the target restarted during the window")
     perf_data: str | None = Field(None, description="artifact path of perf.data (if recorded)")
     perf_bytes: int | None = None
+    kernel: KernelSplit | None = Field(None, description="the DUT's CPU split per core and "
+                                       "softirq counts over the window (/proc/stat and "
+                                       "/proc/softirqs at its start and end); None: not measured "
+                                       "(records before [2/6], or the DUT did not answer)")
     conditions: Conditions
 
 
@@ -40,6 +45,8 @@ class ProfileRecord(BaseModel):
     kind: str = Field("loaded", description="loaded | idle")
     build_id: str | None = Field(description="verified build running (symfs source)")
     target_pid: int
+    system_wide: bool = Field(False, description="perf recorded every CPU (`-a -g`, kernel "
+                              "stacks), not only the target")
     windows: list[Window]
     kallsyms: str | None = Field(None, description="artifact path of the DUT's /proc/kallsyms")
     uprobes: dict[str, str] = Field(default_factory=dict, description="counter -> function")

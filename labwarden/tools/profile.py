@@ -1,6 +1,11 @@
 """profile: measure the target at N clients -- per rep, a perf record, a 1 Hz sampler (CPU from
 utime+stime over the DUT's CLK_TCK, RSS, IO) and uprobe counters (RPC calls/s, datamodel
-write-txns/s), all running on the DUT at once; every window stores its conditions.
+write-txns/s), all running on the DUT at once; every window stores its conditions and the DUT's
+kernel CPU split per core. `system_wide` perf-records every CPU with kernel stacks.
+
+The split: user/system/irq/softirq per core from /proc/stat and softirq counts (NET_RX, ...) from
+/proc/softirqs, at the window's start and end. System-wide, the flame graph holds the kernel
+threads and softirqs that carry packets (ksoftirqd/N, kworkers), not only the target.
 
 Profiles say where; counters say how often and how much. Raw data (perf.data, kallsyms) stays
 in artifacts; the result is a summary with the profile id for `symbolize`.
@@ -20,12 +25,13 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
+from labwarden.core.kernelsplit import KernelSplit, KernelSummary
 from labwarden.core.measurements import ProfileRecord, Window
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import perfcount
 from labwarden.lab.conditions import snapshot
-from labwarden.lab.dut import datamodel, procs, sampler, uprobes
+from labwarden.lab.dut import datamodel, kstat, procs, sampler, uprobes
 from labwarden.lab.dut.commands import RunResult
 from labwarden.lab.dut.jobs import DutJobs
 from labwarden.tools import associate
@@ -41,6 +47,13 @@ PERF_RECORD = ["record", "-N", "-z", "--buildid-mmap", "--no-bpf-event", "-e", "
 vlab. The target is a user-space daemon, and symbolize's unknown-frame share stays 0% without
 BPF symbols (bench/symbolize.py)."""
 
+PERF_RECORD_SYSTEM = ["record", "-N", "-z", "--buildid-mmap", "--no-bpf-event", "-e", "cpu-clock",
+                      "-F", "999", "-a", "-g"]
+"""System-wide: every CPU (`-a`) with frame-pointer call chains (`-g`), which the kernel unwinds
+itself -- softirq, ksoftirqd and kworker stacks are kernel stacks. DWARF copies of 32 KiB per
+sample on every CPU would be far bigger and add nothing there; user frames of processes built
+without frame pointers stay shallow."""
+
 
 class ProfileInput(ToolInput):
     stations: int = Field(ge=0, le=4096, description="clients held during the windows", examples=[114])
@@ -50,6 +63,9 @@ class ProfileInput(ToolInput):
     perf_reps: int | None = Field(None, ge=0, le=10, description="record perf in the first N reps only "
                                   "(default: all)")
     uprobes: bool = Field(True, description="count the profile's uprobe functions")
+    system_wide: bool = Field(False, description="perf records every CPU with kernel stacks "
+                              "(`perf record -a -g`): the kernel threads and softirqs that carry "
+                              "packets, not only the target; the target's 1 Hz sampler still runs")
     settle_s: float | None = Field(None, ge=0, le=60, description="seconds from associating to "
                                    "the first window; the set-up runs within it (default: [load] "
                                    "settle_s of the lab profile)")
@@ -71,6 +87,9 @@ class ProfileOutput(BaseModel):
     pinned: bool = Field(description="governor performance and boost off in every window")
     fingerprint_verified: bool = Field(description="in every window")
     perf_bytes_per_s: float | None = Field(None, description="perf.data size per window second")
+    system_wide: bool = Field(False, description="perf recorded every CPU (kernel stacks)")
+    kernel: KernelSummary | None = Field(None, description="the DUT's kernel CPU split (None: "
+                                         "not measured)")
     warnings: list[str]
 
 
@@ -126,7 +145,7 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
                                      f"{inp.reps} ({inp.window_s:g} s)")
                     windows.append(await _window(ctx, inp, proc.pid, rep, events, counting,
                                                  perf=inp.perf and rep < perf_reps, art=art,
-                                                 jobs=jobs))
+                                                 jobs=jobs, notes=notes))
                 for window, stat in zip(windows, counting, strict=True):
                     if stat is not None:
                         window.counters = _counters(await stat, inp.window_s)
@@ -137,7 +156,8 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
         raise
     record = ProfileRecord(id=pid, stations=inp.stations, window_s=inp.window_s, kind=kind,
                            build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
-                           target_pid=proc.pid, windows=windows, kallsyms=kallsyms,
+                           target_pid=proc.pid, system_wide=inp.system_wide and bool(perf_reps)
+                           and inp.perf, windows=windows, kallsyms=kallsyms,
                            uprobes={c: f"{b}:{f}" for c, (b, f) in probes.items()},
                            notes=notes)
     store.save("prof", pid, record)
@@ -213,9 +233,34 @@ async def _reap(counting: list[asyncio.Task[RunResult] | None]) -> None:
     await asyncio.gather(*running, return_exceptions=True)
 
 
+async def _kstat(ctx: LabContext, notes: list[str]) -> kstat.KstatSnapshot | None:
+    """A snapshot, or None (and a note, once): the window's other measurements stand without it."""
+    snap, why = await kstat.snapshot_or_reason(ctx.device)
+    if why and (note := f"kernel CPU split not measured: {why}") not in notes:
+        notes.append(note)
+    return snap
+
+
+def _split(before: kstat.KstatSnapshot | None, after: kstat.KstatSnapshot | None,
+           notes: list[str]) -> KernelSplit | None:
+    if before is None or after is None:
+        return None
+    try:
+        return kstat.delta(before, after)
+    except ValueError as exc:  # the DUT rebooted within the window
+        notes.append(f"kernel CPU split not measured: {exc}")
+        return None
+
+
+def perf_record_argv(perf: str, system_wide: bool, pid: int, out: str, seconds: str) -> list[str]:
+    """The window's perf record: the target's process with DWARF stacks, or every CPU."""
+    scope = [*PERF_RECORD_SYSTEM] if system_wide else [*PERF_RECORD, "-p", str(pid)]
+    return [perf, *scope, "-o", out, "--", "sleep", seconds]
+
+
 async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events: list[str],
                   counting: list[asyncio.Task[RunResult] | None], perf: bool, art: Path,
-                  jobs: DutJobs) -> Window:
+                  jobs: DutJobs, notes: list[str]) -> Window:
     """One window: the sampler and perf record are awaited; the uprobe counters' perf stat is
     started with them and appended to `counting`, for measure() to collect. Opening and closing
     a uprobe perf event costs ~0.1 s of kernel waits each, so waiting for it here would add
@@ -223,7 +268,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
     own window_s, started with this window: bench/loop_overhead.py)."""
     prof, dev = ctx.profile, ctx.device
     start_count = await datamodel.total(dev, prof)
-    perf_opts = " ".join(PERF_RECORD) if perf else None
+    perf_opts = " ".join(PERF_RECORD_SYSTEM if inp.system_wide else PERF_RECORD) if perf else None
     cond = await snapshot(dev, prof, ctx.state, inp.stations if start_count is None else start_count,
                           perf=perf_opts)
     secs = f"{inp.window_s:g}"
@@ -231,11 +276,11 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
     # was stopped (removing it earlier races a perf that is still starting and creates it)
     remote = f"{jobs.dir}/lw-{art.name}-rep{rep}.perf.data"
     timeout = inp.window_s + 60
+    k_start = await _kstat(ctx, notes)
     running = [jobs.exec(f"sampler{rep}", sampler.argv(pid, int(inp.window_s) + 1), timeout=timeout)]
     if perf:
-        running.append(jobs.exec(f"record{rep}", [prof.target.perf, *PERF_RECORD, "-p", str(pid),
-                                                  "-o", remote, "--", "sleep", secs],
-                                 timeout=timeout))
+        running.append(jobs.exec(f"record{rep}", perf_record_argv(
+            prof.target.perf, inp.system_wide, pid, remote, secs), timeout=timeout))
     started = datetime.now(UTC)
     t0 = time.monotonic()
     counting.append(asyncio.ensure_future(jobs.exec(
@@ -243,6 +288,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
         timeout=timeout)) if events else None)
     results = await asyncio.gather(*running)
     duration = time.monotonic() - t0
+    kernel = _split(k_start, await _kstat(ctx, notes), notes)
     sampled = sampler.parse(results[0].stdout)
     if len(sampled.samples) < 2:
         raise ToolError("device", f"the sampler got {len(sampled.samples)} samples of pid {pid}"
@@ -270,7 +316,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
                   io_write_bytes=sampled.samples[-1].write_bytes - sampled.samples[0].write_bytes,
                   datamodel_start=start_count, datamodel_end=end_count,
                   restarted=sampled.restarted() or sampled.gone, perf_data=perf_path,
-                  perf_bytes=perf_bytes, conditions=cond)
+                  perf_bytes=perf_bytes, kernel=kernel, conditions=cond)
 
 
 def summarize(record: ProfileRecord) -> ProfileOutput:
@@ -294,7 +340,10 @@ def summarize(record: ProfileRecord) -> ProfileOutput:
         pinned=all(w.conditions.pinned() for w in record.windows),
         fingerprint_verified=all(w.conditions.fingerprint_verified for w in record.windows),
         perf_bytes_per_s=round(statistics.fmean(perf_sizes)) if perf_sizes else None,
+        system_wide=record.system_wide,
+        kernel=KernelSummary.of([w.kernel for w in record.windows if w.kernel is not None]),
         warnings=warnings)
+
 
 
 async def run(ctx: LabContext, inp: ProfileInput) -> ProfileOutput:

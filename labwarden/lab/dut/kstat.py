@@ -17,11 +17,13 @@ import re
 
 from pydantic import BaseModel, Field
 
+from labwarden.core.devtext import quote
 from labwarden.core.kernelsplit import CpuSplit, KernelSplit, SoftirqDelta
+from labwarden.lab.dut.errors import DeviceError
 from labwarden.lab.dut.protocol import DutAccess
 
 __all__ = ["CpuSplit", "CpuTicks", "KernelSplit", "KstatSnapshot", "SoftirqDelta", "argv",
-           "delta", "parse", "snapshot"]
+           "delta", "parse", "snapshot", "snapshot_or_reason"]
 
 FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 _UPTIME = re.compile(r"^\d+(?:\.\d+)? \d+(?:\.\d+)?$")
@@ -129,3 +131,14 @@ async def snapshot(dev: DutAccess, timeout: float = 10) -> KstatSnapshot:
     """One snapshot from the DUT (one command on the persistent channel)."""
     res = await dev.run(argv(), timeout=timeout, cap=1 << 20, check=True)
     return parse(res.stdout)
+
+
+async def snapshot_or_reason(dev: DutAccess, timeout: float = 10) -> tuple[KstatSnapshot | None, str | None]:
+    """(snapshot, None), or (None, why) when the DUT cannot give one (device text in `why` is
+    quoted: DeviceError quotes its own, a parse error is quoted here)."""
+    try:
+        return await snapshot(dev, timeout), None
+    except DeviceError as exc:
+        return None, exc.problem
+    except ValueError as exc:
+        return None, f"/proc/stat or /proc/softirqs unreadable: {quote(exc)}"
