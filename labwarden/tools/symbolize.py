@@ -4,8 +4,10 @@ Reads the DUT (system libraries, kallsyms) over SFTP, changes nothing there. per
 the host against a symfs of the build that ran plus the DUT's own libraries (fetched once, cached
 by build-id; a build-id mismatch is never accepted). Returns the hot paths (total and self %),
 the dominant path, unknown-frame %, stack depth, the share of named functions, and with a baseline
-the top deltas and a differential flame graph. Raw data stays in artifacts whose paths are
-returned; results are cached by the perf.data hash.
+the top deltas and a differential flame graph. Always a per-thread breakdown (samples per
+thread and per family: ksoftirqd/*, kworker/*, the target); a system-wide profile's flame graph
+has one tower per thread name, kernel threads included. Raw data stays in artifacts whose paths
+are returned; results are cached by the perf.data hash.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from labwarden.lab.host.binaries import which
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
 
-FORMAT = 1
+FORMAT = 2
 """Version of the cached Symbolized JSON; bump when its fields or the pipeline change."""
 
 
@@ -65,6 +67,8 @@ class Symbolized(BaseModel):
     svg: str
     symfs: sf.Symfs
     perf_warnings: list[str]
+    threads_folded: str | None = Field(None, description="system-wide: stacks per thread "
+                                       "(`comm-PID/TID` first frames); `folded` merges them by comm")
 
 
 class SymbolizeOutput(BaseModel):
@@ -78,6 +82,11 @@ class SymbolizeOutput(BaseModel):
     stacks_with_unknown_pct: float
     unresolved_top: list[str]
     depth: fl.Depth
+    system_wide: bool = Field(False, description="the profile recorded every CPU (kernel stacks)")
+    threads: list[fl.ThreadShare] = Field(default_factory=list, description="samples per thread, "
+                                          "heaviest first (at most 15)")
+    thread_groups: list[fl.ThreadGroup] = Field(default_factory=list, description="samples per "
+                                                "thread family (ksoftirqd/*, kworker/*, ...)")
     dominant_path: list[fl.PathStep] = Field(description="heaviest path from the root")
     tree: list[str] = Field(description="'TOTAL%  SELF%  name', indented by call depth")
     functions: list[FunctionShare]
@@ -182,6 +191,16 @@ async def symbolized(ctx: LabContext, rec: ProfileRecord, perf_data: Path,
         dsos = await asyncio.to_thread(sf.recorded_dsos, perf_data)
     except (RuntimeError, ValueError, OSError, struct.error) as exc:
         raise ToolError("tool", str(exc), "is the file a perf.data? profile again") from exc
+    empty = out / "buildid-empty"
+    empty.mkdir(exist_ok=True)
+    if rec.system_wide:  # every process's mappings were recorded: fetch only what samples touch
+        try:
+            hit = await asyncio.to_thread(sf.sampled_dsos, bins["perf"], perf_data, kallsyms, empty)
+        except RuntimeError as exc:
+            raise ToolError("tool", str(exc), "is the file a perf.data? profile again") from exc
+        warnings.append(f"system-wide: symbols for the {sum(d.path in hit for d in dsos)} DSOs "
+                        f"the samples touch (of {len(dsos)} mapped)")
+        dsos = [d for d in dsos if d.path in hit]
     manifest = load_manifest(ctx, rec.build_id) if rec.build_id else None
     if manifest is None:
         warnings.append("the profile names no verified build: symbols come from the DUT only")
@@ -191,20 +210,27 @@ async def symbolized(ctx: LabContext, rec: ProfileRecord, perf_data: Path,
     if not symfs.buildids_recorded:
         warnings.append("perf.data holds no build-ids (perf 6.1 drops them with -z unless "
                         "--buildid-mmap): symfs files taken by path, unverified")
-    empty = out / "buildid-empty"
-    empty.mkdir(exist_ok=True)
     folded, svg, err = out / "stacks.folded", out / "flame.svg", out / "perf-script.stderr"
+    per_thread = out / "threads.folded" if rec.system_wide else None
     argv = sf.script_argv(bins["perf"], perf_data, Path(symfs.root), kallsyms, empty)
     await ctx.report(3, 4, "perf script | inferno-collapse-perf")
+    title = (f"system-wide @{rec.stations} stations ({rec.id})" if rec.system_wide else
+             f"{rec.target_pid} @{rec.stations} stations ({rec.id})")
     try:
-        await asyncio.to_thread(sf.collapse, argv, bins["inferno-collapse-perf"], folded, err)
-        await asyncio.to_thread(sf.flamegraph, bins["inferno-flamegraph"], folded, svg,
-                                f"{rec.target_pid} @{rec.stations} stations ({rec.id})")
+        if per_thread is not None:  # one pass per thread, then merged by comm for the graph
+            await asyncio.to_thread(sf.collapse, argv, bins["inferno-collapse-perf"], per_thread,
+                                    err, ["--tid"])
+            merged = fl.by_comm(await asyncio.to_thread(fl.Folded.read, per_thread))
+            await asyncio.to_thread(folded.write_text, merged.text())
+        else:
+            await asyncio.to_thread(sf.collapse, argv, bins["inferno-collapse-perf"], folded, err)
+        await asyncio.to_thread(sf.flamegraph, bins["inferno-flamegraph"], folded, svg, title)
     except RuntimeError as exc:
         raise ToolError("tool", str(exc), f"see {err}") from exc
     perf_warn = [ln[:200] for ln in err.read_text(errors="replace").splitlines() if ln.strip()][-5:]
     result = Symbolized(key=key, perf_data=str(perf_data), folded=str(folded), svg=str(svg),
-                        symfs=symfs, perf_warnings=warnings + perf_warn)
+                        symfs=symfs, perf_warnings=warnings + perf_warn,
+                        threads_folded=str(per_thread) if per_thread else None)
     tmp = index.with_suffix(".tmp")
     tmp.write_text(result.model_dump_json(indent=1))
     tmp.replace(index)  # written last: marks the entry complete
@@ -221,6 +247,9 @@ async def run(ctx: LabContext, inp: SymbolizeInput) -> SymbolizeOutput:
         raise ToolError("tool", f"no samples in {perf_data} after perf script",
                         f"see {Path(sym.folded).parent / 'perf-script.stderr'}")
     st = fl.stats(new)
+    per_thread = new if sym.threads_folded is None else await asyncio.to_thread(
+        fl.Folded.read, Path(sym.threads_folded))
+    thread_shares, groups = fl.threads(per_thread)
     deltas: list[fl.Delta] = []
     diff_svg = baseline_svg = None
     if inp.baseline_profile_id:
@@ -248,7 +277,8 @@ async def run(ctx: LabContext, inp: SymbolizeInput) -> SymbolizeOutput:
         profile_id=rec.id, rep=inp.rep, stations=rec.stations, key=sym.key, samples=new.samples,
         unknown_pct=st.unknown_pct, unknown_frames_pct=st.unknown_frames_pct,
         stacks_with_unknown_pct=st.stacks_with_unknown_pct, unresolved_top=st.unresolved_top,
-        depth=st.depth, dominant_path=fl.dominant_path(new, 24), tree=fl.tree_lines(new, inp.top),
+        depth=st.depth, system_wide=rec.system_wide, threads=thread_shares, thread_groups=groups,
+        dominant_path=fl.dominant_path(new, 24), tree=fl.tree_lines(new, inp.top),
         functions=[FunctionShare(name=n[:120], total_pct=t, self_pct=s, defined_in=where.get(n))
                    for n, (t, s) in shares.items()],
         baseline_profile_id=inp.baseline_profile_id, top_deltas=deltas, folded=sym.folded,

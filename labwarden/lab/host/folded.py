@@ -56,6 +56,10 @@ class Folded:
     def pct(self, n: float) -> float:
         return 100.0 * n / self.samples if self.samples else 0.0
 
+    def text(self) -> str:
+        """Folded lines again (sorted, as inferno writes them)."""
+        return "".join(f"{';'.join(frames)} {n}\n" for frames, n in sorted(self.stacks))
+
 
 class Depth(BaseModel):
     mean: float
@@ -223,3 +227,79 @@ def function_shares(f: Folded, names: Iterable[str]) -> dict[str, tuple[float, f
     total, self_ = shares(f)
     return {name: (round(f.pct(total.get(name, 0)), 3), round(f.pct(self_.get(name, 0)), 3))
             for name in names}
+
+
+# Per-thread breakdown. A system-wide recording is collapsed with inferno's `--tid`, so the first
+# frame is `comm-PID/TID` (comm may itself hold '-' and '/': `kworker/0:1-events`); the flame
+# graph and the hot paths are drawn from the same stacks merged by comm (`by_comm`), so each
+# kernel thread (ksoftirqd/0, kworker/...) and process shows as one tower, as seed 001 shows them.
+_TID_FRAME = re.compile(r"^(?P<comm>.*)-(?P<pid>\d+)/(?P<tid>\d+)$")
+_GROUPS = (
+    (re.compile(r"^ksoftirqd/\d+$"), "ksoftirqd/*"),
+    (re.compile(r"^kworker/"), "kworker/*"),
+    (re.compile(r"^swapper(/\d+)?$"), "swapper (idle)"),
+    (re.compile(r"^irq/\d+-"), "irq/* (threaded interrupts)"),
+)
+
+
+def thread_frame(frame: str) -> tuple[str, int | None, int | None]:
+    """`comm-PID/TID` -> (comm, pid, tid); a bare comm (no --tid) -> (comm, None, None)."""
+    m = _TID_FRAME.match(frame)
+    return (m["comm"], int(m["pid"]), int(m["tid"])) if m else (frame, None, None)
+
+
+def thread_group(comm: str) -> str:
+    """The family a thread belongs to: `ksoftirqd/*`, `kworker/*`, `swapper (idle)`, or its comm."""
+    return next((name for rx, name in _GROUPS if rx.search(comm)), comm)
+
+
+def by_comm(f: Folded) -> Folded:
+    """The same stacks with `comm-PID/TID` first frames reduced to comm, counts merged."""
+    merged: Counter[tuple[str, ...]] = Counter()
+    for frames, n in f.stacks:
+        merged[(thread_frame(frames[0])[0], *frames[1:])] += n
+    return Folded(list(merged.items()), f.samples)
+
+
+class ThreadShare(BaseModel):
+    thread: str = Field(description="comm as perf recorded it (ksoftirqd/0, kworker/1:2-events, "
+                        "the target's name, ...)")
+    pid: int | None = Field(description="None: the recording was collapsed by comm only")
+    tid: int | None
+    samples: int
+    pct: float = Field(description="% of all samples")
+    top_self: list[str] = Field(description="its hottest leaf functions, '% name' (% of this "
+                                "thread's samples)")
+
+
+class ThreadGroup(BaseModel):
+    group: str = Field(description="ksoftirqd/*, kworker/*, swapper (idle), or a comm")
+    threads: int = Field(description="distinct threads (or comms) in it")
+    samples: int
+    pct: float = Field(description="% of all samples")
+
+
+def threads(f: Folded, top: int = 15, leaves: int = 3) -> tuple[list[ThreadShare], list[ThreadGroup]]:
+    """Samples per thread (heaviest first, at most `top`) and per thread family."""
+    count: Counter[str] = Counter()
+    leaf: dict[str, Counter[str]] = {}
+    for frames, n in f.stacks:
+        count[frames[0]] += n
+        if len(frames) > 1:
+            leaf.setdefault(frames[0], Counter())[frames[-1]] += n
+    shares = []
+    for frame, n in count.most_common(top):
+        comm, pid, tid = thread_frame(frame)
+        hot = leaf.get(frame, Counter()).most_common(leaves)
+        shares.append(ThreadShare(thread=comm[:60], pid=pid, tid=tid, samples=n,
+                                  pct=round(f.pct(n), 2),
+                                  top_self=[f"{100.0 * k / n:5.1f}%  {s[:100]}" for s, k in hot]))
+    fam: Counter[str] = Counter()
+    members: dict[str, set[str]] = {}
+    for frame, n in count.items():
+        g = thread_group(thread_frame(frame)[0])
+        fam[g] += n
+        members.setdefault(g, set()).add(frame)
+    groups = [ThreadGroup(group=g[:60], threads=len(members[g]), samples=n, pct=round(f.pct(n), 2))
+              for g, n in fam.most_common(top)]
+    return shares, groups
