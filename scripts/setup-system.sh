@@ -22,6 +22,9 @@ command -v dropbearkey >/dev/null 2>&1 || [ -x /usr/bin/dropbearkey ] || missing
 need aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
 need qemu-aarch64 qemu-user
 need unshare util-linux
+# traffic studies: iperf3 is the load, nftables the rule sets (tests: two host namespaces
+# joined by a veth pair, tests/netns_traffic.py)
+need iperf3 iperf3; need nft nftables
 
 # the qlab (a Debian guest under QEMU): QEMU, mmdebstrap to build the guest root, e2fsprogs for
 # its disk images, libnl headers for the firmware's nl80211 HAL, ssh for labgrid's SSHDriver

@@ -34,6 +34,8 @@ SETUP_STEPS: list[tuple[str, str, str]] = [
      "`make setup` as root (its `qlab` step: labwarden qlab image)"),
     (r"qemu|aarch64", "QEMU user mode / the aarch64 cross toolchain",
      _SYSTEM.format("qemu-user gcc-aarch64-linux-gnu")),
+    (r"iperf3|nftables|\bnft\b", "iperf3 and nftables (traffic tests)",
+     _SYSTEM.format("iperf3 nftables")),
     (r"inferno", "inferno (inferno-collapse-perf)",
      "`make setup` (its `tools` step: cargo install inferno --root .tools; PATH=.tools/bin)"),
     (r"cargo", "cargo", _SYSTEM.format("cargo")),
