@@ -21,7 +21,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from labwarden.lab.conditions import clk_tck, clk_tck_from_auxv, clk_tck_from_uptime
-from labwarden.lab.dut import helpers, pids, sampler
+from labwarden.lab.dut import helpers, kstat, pids, sampler
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.jobs import DutJobs
 from labwarden.vlab import stockssh
@@ -72,7 +72,8 @@ def test_auxv_of_any_word_size_and_byte_order() -> None:
 
 async def test_dut_scripts_run_under_busybox_ash(dropbear: stockssh.StockSsh,
                                                  busybox_path: str) -> None:
-    """The sampler, pidof and the job wrapper/stopper with busybox only."""
+    """The sampler, pidof, the kernel split's snapshot and the job wrapper/stopper with busybox
+    only."""
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         async with Device(dropbear.endpoint(), env={"PATH": busybox_path}) as dev:
@@ -80,6 +81,8 @@ async def test_dut_scripts_run_under_busybox_ash(dropbear: stockssh.StockSsh,
             got = sampler.parse(res.stdout)
             assert res.exit_status == 0 and len(got.samples) == 2 and got.samples[0].rss_kb > 0
             assert sleeper.pid in await pids.pidof(dev, Path(sys.executable).name[:15])
+            snap = await kstat.snapshot(dev)  # busybox cat of /proc/uptime, stat, softirqs
+            assert snap.uptime_s and snap.cpus and "NET_RX" in snap.softirqs
             async with DutJobs(dev, str(dropbear.root)) as jobs:
                 job = asyncio.ensure_future(jobs.exec("nap", ["sleep", "30"], timeout=60))
                 for _ in range(100):
