@@ -11,6 +11,7 @@ namespaces (lwlan, lwwan) are never touched.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .ci_skips import missing
 
@@ -39,14 +41,22 @@ def _ip(*argv: str) -> None:
 
 
 @dataclass
+class Load:
+    summary: dict[str, Any] | None = None
+    """iperf3's `end.sum` (UDP: packets, lost_packets, lost_percent, bits_per_second, seconds)."""
+
+
+@dataclass
 class NetnsPair:
     client: str
     server: str
 
     @contextlib.contextmanager
-    def udp_load(self, seconds: float, length: int = 100) -> Iterator[None]:
+    def udp_load(self, seconds: float, length: int = 100, wait: bool = False) -> Iterator[Load]:
         """iperf3 UDP client -> server at an unlimited rate with `length`-byte payloads (small
-        packets: the per-packet cost dominates) for `seconds`; stopped on exit."""
+        packets: the per-packet cost dominates) for `seconds`; stopped on exit -- or, with
+        `wait`, let finish, its `--json` summary in the yielded Load."""
+        load = Load()
         server = subprocess.Popen(["ip", "netns", "exec", self.server, "iperf3", "-s", "-1",
                                    "-p", str(PORT)], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
@@ -55,10 +65,13 @@ class NetnsPair:
             time.sleep(0.3)  # the server's listen socket
             client = subprocess.Popen(["ip", "netns", "exec", self.client, "iperf3", "-c",
                                        SERVER_IP, "-p", str(PORT), "-u", "-b", "0", "-l",
-                                       str(length), "-t", f"{seconds:g}"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                       str(length), "-t", f"{seconds:g}", "--json"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             time.sleep(0.5)  # past the connection set-up
-            yield
+            yield load
+            if wait:
+                out, _ = client.communicate(timeout=seconds + 30)
+                load.summary = json.loads(out)["end"]["sum"]
         finally:
             for p in (client, server):
                 if p is not None and p.poll() is None:
