@@ -72,6 +72,7 @@ def test_softirq_share_nonzero_under_load_near_zero_idle(
     split = rec.windows[0].kernel
     assert split is not None and rec.system_wide
     assert len(split.per_cpu) >= 1 and {"NET_RX", "NET_TX", "TIMER"} <= split.softirqs.keys()
+    assert {f"ksoftirqd/{c.cpu.removeprefix('cpu')}" for c in split.per_cpu} <= split.ksoftirqd.keys()
     assert split.wall_s is not None and 2.5 < split.wall_s < 10
     assert rec.windows[0].conditions.perf is not None and " -a -g" in rec.windows[0].conditions.perf
 

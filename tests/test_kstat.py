@@ -37,6 +37,11 @@ SOFT_B = """                    CPU0       CPU1
 """
 
 
+KSOFT_A = ("KSOFTIRQD 14 (ksoftirqd/0) S 2 0 0 0 -1 69238848 0 0 0 0 3 230 0 0 20 0 1 0 22 0 0\n"
+           "KSOFTIRQD 22 (ksoftirqd/1) S 2 0 0 0 -1 69238848 0 0 0 0 53 243 0 0 20 0 1 0 22 0 0\n")
+KSOFT_B = KSOFT_A.replace(" 3 230 ", " 3 272 ")  # ksoftirqd/0: +42 ticks; ksoftirqd/1: none
+
+
 def local_snapshot() -> kstat.KstatSnapshot:
     """This host's /proc through the DUT command itself (cat is the whole DUT side)."""
     out = subprocess.run(kstat.argv(), capture_output=True, text=True, check=True).stdout
@@ -44,8 +49,9 @@ def local_snapshot() -> kstat.KstatSnapshot:
 
 
 def test_synthetic_delta_shares_and_softirqs() -> None:
-    a = kstat.parse("1000.50 1800.00\n" + STAT_A + SOFT_A)
-    b = kstat.parse("1010.50 1815.00\n" + STAT_B + SOFT_B)
+    a = kstat.parse("1000.50 1800.00\n" + STAT_A + SOFT_A + KSOFT_A)
+    b = kstat.parse("1010.50 1815.00\n" + STAT_B + SOFT_B + KSOFT_B)
+    assert a.ksoftirqd == {"ksoftirqd/0": 233, "ksoftirqd/1": 296}
     assert a.uptime_s == 1000.5 and sorted(a.cpus) == [0, 1]
     assert a.total.user == 100 and a.total.total() == 985  # guest (7) left out: already in user
     d = kstat.delta(a, b)
@@ -63,6 +69,10 @@ def test_synthetic_delta_shares_and_softirqs() -> None:
     assert d.softirqs["RCU"].per_cpu == [0, 10]  # backwards counts as 0
     assert "busiest cpu0: softirq+system 88.2%" in d.summary()
     assert "NET_RX 110/s" in d.summary()
+    # 420 ticks over 2 cores: one core had 210; ksoftirqd/0 used 42 of them
+    assert d.ksoftirqd == {"ksoftirqd/0": 20.0, "ksoftirqd/1": 0.0}
+    assert d.busiest_ksoftirqd() == ("ksoftirqd/0", 20.0)
+    assert "ksoftirqd/0 20.0% of a core" in d.summary()
 
 
 def test_without_uptime_hotplug_and_no_time() -> None:
@@ -84,6 +94,7 @@ def test_this_hosts_proc_round_trips_and_sums_to_100() -> None:
     ncpu = len(Path("/sys/devices/system/cpu/online").read_text().strip().split(","))
     assert a.uptime_s and a.uptime_s > 0 and len(a.cpus) >= ncpu
     assert {"NET_RX", "NET_TX", "TIMER"} <= a.softirqs.keys()
+    assert {f"ksoftirqd/{n}" for n in a.cpus} <= a.ksoftirqd.keys()  # one per online core
     assert all(len(v) >= len(a.cpus) for v in a.softirqs.values())
     assert kstat.KstatSnapshot.model_validate_json(a.model_dump_json()) == a
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -100,4 +111,5 @@ def test_this_hosts_proc_round_trips_and_sums_to_100() -> None:
     # one spinning process fills at least one core's worth of user time
     assert d.total.user_pct + d.total.nice_pct > 100 / len(d.per_cpu) * 0.5
     assert d.softirqs["TIMER"].total > 0
+    assert d.ksoftirqd.keys() == a.ksoftirqd.keys() and all(v >= 0 for v in d.ksoftirqd.values())
     assert kstat.KernelSplit.model_validate_json(d.model_dump_json()) == d

@@ -44,6 +44,13 @@ class KernelSplit(BaseModel):
     softirqs: dict[str, SoftirqDelta] = Field(description="type (NET_RX, NET_TX, TIMER, ...) -> delta")
     busiest_cpu: str | None = Field(description="the core with the highest softirq + system share")
     busiest_softirq_system_pct: float = Field(description="that core's softirq + system, % of it")
+    ksoftirqd: dict[str, float] = Field(default_factory=dict, description="ksoftirqd/N -> its CPU, "
+                                        "% of one core (softirq work deferred to the thread)")
+
+    def busiest_ksoftirqd(self) -> tuple[str, float] | None:
+        """(thread, % of one core) of the busiest ksoftirqd; None when none ran."""
+        hot = max(self.ksoftirqd.items(), key=lambda kv: kv[1], default=None)
+        return hot if hot and hot[1] > 0 else None
 
     def summary(self) -> str:
         """One line for a person: the busiest core's kernel share, the total, NET_RX rate."""
@@ -58,6 +65,8 @@ class KernelSplit(BaseModel):
             d = self.softirqs.get(name)
             if d is not None and d.per_s is not None:
                 parts.append(f"{name} {d.per_s:.0f}/s")
+        if (hot := self.busiest_ksoftirqd()) is not None:
+            parts.append(f"{hot[0]} {hot[1]:.1f}% of a core")
         return "; ".join(parts)
 
 
@@ -71,6 +80,8 @@ class KernelSummary(BaseModel):
     busiest_softirq_system_pct: float = Field(description="that core's softirq + system, % of it "
                                               "(highest over the reps)")
     net_rx_per_s: float | None = Field(description="NET_RX softirqs per second, mean of reps")
+    ksoftirqd_max_pct: float = Field(0.0, description="the busiest ksoftirqd/N, % of one core "
+                                     "(highest over the reps; 0: none ran)")
     per_rep: list[str] = Field(description="one line per window: busiest core, all cores, NET_RX/TX")
 
     @classmethod
@@ -85,4 +96,6 @@ class KernelSummary(BaseModel):
                    busiest_cpu=top.busiest_cpu,
                    busiest_softirq_system_pct=top.busiest_softirq_system_pct,
                    net_rx_per_s=round(statistics.fmean(rx), 1) if rx else None,
+                   ksoftirqd_max_pct=max(((h or ("", 0.0))[1] for h in
+                                          (k.busiest_ksoftirqd() for k in splits)), default=0.0),
                    per_rep=[k.summary() for k in splits])

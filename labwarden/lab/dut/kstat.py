@@ -2,8 +2,14 @@
 and which softirqs ran, between two snapshots of `/proc/stat` and `/proc/softirqs` (the result
 models live in core/kernelsplit.py, so a Window can hold them; they are re-exported here).
 
-One DUT command per snapshot (`cat /proc/uptime /proc/stat /proc/softirqs`: POSIX `cat`, busybox is
-enough); everything else happens here. The same parser reads this host's /proc in tests.
+One DUT command per snapshot: a constant POSIX sh script (busybox ash is enough) that cats
+/proc/uptime, /proc/stat and /proc/softirqs, then prints the stat line of each `ksoftirqd/N`
+thread (found by /proc/PID/comm with shell builtins: no fork per process); everything else
+happens here. The same parser reads this host's /proc in tests.
+
+ksoftirqd/N's share is its utime+stime over the interval divided by one core's ticks in it (the
+total ticks over the cores): the kernel defers softirq work to it when softirqs keep coming back
+-- the sign that packet work has filled core N.
 
 The tick fields of /proc/stat are in USER_HZ (the DUT's CLK_TCK), but shares are ratios of ticks
 of the same interval, so CLK_TCK cancels out. `guest` and `guest_nice` are already counted in
@@ -21,6 +27,7 @@ from labwarden.core.devtext import quote
 from labwarden.core.kernelsplit import CpuSplit, KernelSplit, SoftirqDelta
 from labwarden.lab.dut.errors import DeviceError
 from labwarden.lab.dut.protocol import DutAccess
+from labwarden.lab.procfs import parse_stat
 
 __all__ = ["CpuSplit", "CpuTicks", "KernelSplit", "KstatSnapshot", "SoftirqDelta", "argv",
            "delta", "parse", "snapshot", "snapshot_or_reason"]
@@ -28,6 +35,16 @@ __all__ = ["CpuSplit", "CpuTicks", "KernelSplit", "KstatSnapshot", "SoftirqDelta
 FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 _UPTIME = re.compile(r"^\d+(?:\.\d+)? \d+(?:\.\d+)?$")
 _CPU = re.compile(r"^cpu(\d*)\s")
+_KSOFTIRQD = "KSOFTIRQD "
+SNAPSHOT_SH = r"""
+cat /proc/uptime /proc/stat /proc/softirqs || exit $?
+for d in /proc/[0-9]*; do
+  read -r c 2>/dev/null < "$d/comm" || continue
+  case $c in ksoftirqd/*) read -r st 2>/dev/null < "$d/stat" && echo "KSOFTIRQD $st" ;; esac
+done
+exit 0
+"""
+"""Constant: no input reaches it. A process that exits mid-loop is skipped."""
 
 
 class CpuTicks(BaseModel):
@@ -54,22 +71,30 @@ class KstatSnapshot(BaseModel):
     cpus: dict[int, CpuTicks] = Field(description="`cpuN` lines by N (online cores only)")
     softirqs: dict[str, list[int]] = Field(
         default_factory=dict, description="/proc/softirqs: type (NET_RX, ...) -> count per CPU column")
+    ksoftirqd: dict[str, int] = Field(default_factory=dict, description="ksoftirqd/N -> its "
+                                      "utime + stime, USER_HZ ticks")
 
 
 def argv() -> list[str]:
     """The snapshot command: a constant argv (no input reaches it)."""
-    return ["cat", "/proc/uptime", "/proc/stat", "/proc/softirqs"]
+    return ["sh", "-c", SNAPSHOT_SH, "lw-kstat"]
 
 
 def parse(text: str) -> KstatSnapshot:
-    """Parse `cat [/proc/uptime] /proc/stat /proc/softirqs` output (each part's own format is
-    recognised, so /proc/uptime and /proc/softirqs may be absent). ValueError without a `cpu` line."""
+    """Parse the snapshot's output: `cat [/proc/uptime] /proc/stat [/proc/softirqs]` then
+    optional `KSOFTIRQD <stat line>` lines (each part's own format is recognised, so the plain
+    cat of /proc/stat alone parses too). ValueError without a `cpu` line."""
     uptime: float | None = None
     total: CpuTicks | None = None
     cpus: dict[int, CpuTicks] = {}
     softirqs: dict[str, list[int]] = {}
+    ksoftirqd: dict[str, int] = {}
     columns = 0
     for line in text.splitlines():
+        if line.startswith(_KSOFTIRQD):
+            st = parse_stat(line[len(_KSOFTIRQD):])
+            ksoftirqd[st.comm] = st.utime + st.stime
+            continue
         if uptime is None and total is None and _UPTIME.match(line.strip()):
             uptime = float(line.split()[0])
             continue
@@ -88,7 +113,8 @@ def parse(text: str) -> KstatSnapshot:
             softirqs[words[0][:-1]] = [int(v) for v in words[1:columns + 1]]
     if total is None:
         raise ValueError("no `cpu` line: the text is not /proc/stat output")
-    return KstatSnapshot(uptime_s=uptime, total=total, cpus=cpus, softirqs=softirqs)
+    return KstatSnapshot(uptime_s=uptime, total=total, cpus=cpus, softirqs=softirqs,
+                         ksoftirqd=ksoftirqd)
 
 
 def _split(cpu: str, a: CpuTicks, b: CpuTicks) -> CpuSplit:
@@ -121,8 +147,12 @@ def delta(before: KstatSnapshot, after: KstatSnapshot) -> KernelSplit:
         soft[name] = SoftirqDelta(per_cpu=per, total=total,
                                   per_s=round(total / wall, 1) if wall else None)
     busiest = max(per_cpu, key=lambda c: c.softirq_system_pct, default=None)
-    return KernelSplit(wall_s=wall, total=_split("all", before.total, after.total),
-                       per_cpu=per_cpu, softirqs=soft,
+    total = _split("all", before.total, after.total)
+    core_ticks = total.ticks / len(per_cpu) if per_cpu else 0  # one core's ticks in the interval
+    ksoft = {name: round(100.0 * max(0, t - before.ksoftirqd[name]) / core_ticks, 2)
+             for name, t in sorted(after.ksoftirqd.items())
+             if name in before.ksoftirqd and core_ticks}
+    return KernelSplit(wall_s=wall, total=total, per_cpu=per_cpu, softirqs=soft, ksoftirqd=ksoft,
                        busiest_cpu=busiest.cpu if busiest else None,
                        busiest_softirq_system_pct=busiest.softirq_system_pct if busiest else 0.0)
 
