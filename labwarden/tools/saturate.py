@@ -5,7 +5,8 @@ the limit is named with the DUT's evidence: cpu (a core's softirq + system share
 ksoftirqd running with softnet squeezes), queue (qdisc drops / tx errors rising while the CPU has
 room), ingress (the DUT's NIC took in less than was offered: dropped before its kernel saw them --
 on a VM DUT, a vCPU that did not drain the ring), load_host (the sender could not offer the rate),
-beyond_dut (the DUT received and forwarded what was offered; the loss is past it).
+beyond_dut (the DUT received and forwarded what was offered; the loss is past it). With
+`baseline`, says whether the rate improved beyond the baseline's own 1.2x check.
 
 Needs a lab whose [load] kind is "iperf3". Sends traffic through the DUT; leaves no load running.
 """
@@ -18,6 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from labwarden.core.errors import ToolError
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import trafficwin
@@ -48,6 +50,9 @@ class SaturateInput(ToolInput):
     verify: bool = Field(True, description="check the answer at 1.2x and 0.8x")
     cpu_ceiling_pct: float = Field(90, ge=50, le=100, description="a core's softirq + system share "
                                    "at or above this is the CPU limit")
+    baseline: str | None = Field(None, pattern=r"^sat-[0-9a-f]{12}$", description="an earlier "
+                                 "saturate_id to compare with (same length and direction)",
+                                 examples=["sat-0123456789ab"])
 
     @model_validator(mode="after")
     def _range(self) -> SaturateInput:
@@ -76,11 +81,13 @@ class SatStep(BaseModel):
     dut_rx_pps: float | None = Field(description="packets/s into the DUT's ingress NIC")
 
 
-class SaturateRecord(BaseModel):
-    id: str
-    started_at: datetime
-    input: SaturateInput
-    windows: list[trafficwin.TrafficStep]
+class VsBaseline(BaseModel):
+    baseline_id: str
+    baseline_pps: int | None
+    change_pct: float | None = Field(description="stable_pps vs the baseline's, %")
+    improved: bool = Field(description="stable now at or above the rate the baseline's own 1.2x "
+                           "check lost at: beyond the baseline's bracket, not within its noise")
+    rule: str
 
 
 class SaturateOutput(BaseModel):
@@ -98,6 +105,15 @@ class SaturateOutput(BaseModel):
     verify_below: SatStep | None = Field(None, description="the window at 0.8x the answer")
     confirmed: bool | None = Field(None, description="at 1.2x more than the threshold did not "
                                    "arrive, at 0.8x it did (None: not verified)")
+    vs_baseline: VsBaseline | None = None
+
+
+class SaturateRecord(BaseModel):
+    id: str
+    started_at: datetime
+    input: SaturateInput
+    windows: list[trafficwin.TrafficStep]
+    result: SaturateOutput
 
 
 def _mbps(pps: int, length: int) -> float:
@@ -207,13 +223,33 @@ async def run(ctx: LabContext, inp: SaturateInput) -> SaturateOutput:
         above = await probe(int(good.offered_pps * 1.2))
         below = await probe(int(good.offered_pps * 0.8))
         confirmed = not above.stable and below.stable
-    store.save("sat", sid, SaturateRecord(id=sid, started_at=started, input=inp, windows=windows))
-    await ctx.report(inp.max_windows + 2, inp.max_windows + 2, f"saturation {sid} stored")
-    return SaturateOutput(
+    out = SaturateOutput(
         saturate_id=sid, length=inp.length, direction=inp.direction, loss_max_pct=inp.loss_max_pct,
         stable_pps=good.offered_pps if good else None,
         stable_mbps=good.offered_mbps if good else None, limit=limit, evidence=evidence,
         steps=steps, verify_above=above, verify_below=below, confirmed=confirmed)
+    if inp.baseline is not None:
+        out.vs_baseline = _versus(store.load("sat", inp.baseline, SaturateRecord), out)
+    store.save("sat", sid, SaturateRecord(id=sid, started_at=started, input=inp, windows=windows,
+                                          result=out))
+    await ctx.report(inp.max_windows + 2, inp.max_windows + 2, f"saturation {sid} stored")
+    return out
+
+
+def _versus(base: SaturateRecord, out: SaturateOutput) -> VsBaseline:
+    b = base.result
+    if (b.length, b.direction) != (out.length, out.direction):
+        raise ToolError("invalid_input", f"baseline {base.id} is {b.length} B {b.direction}, this "
+                        f"run {out.length} B {out.direction}", "compare runs of the same length "
+                        "and direction")
+    lost_at = b.verify_above.offered_pps if b.verify_above is not None and b.confirmed else None
+    change = (round(100.0 * (out.stable_pps - b.stable_pps) / b.stable_pps, 1)
+              if out.stable_pps and b.stable_pps else None)
+    improved = lost_at is not None and out.stable_pps is not None and out.stable_pps >= lost_at
+    rule = (f"improved if stable at >= {lost_at} pps (where the baseline's 1.2x check lost)"
+            if lost_at is not None else "the baseline was not confirmed at 1.2x/0.8x: no decision")
+    return VsBaseline(baseline_id=base.id, baseline_pps=b.stable_pps, change_pct=change,
+                      improved=improved, rule=rule)
 
 
 SPEC = ToolSpec(name="saturate", description=describe(__doc__), input=SaturateInput,
