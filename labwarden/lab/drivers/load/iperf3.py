@@ -183,7 +183,8 @@ class Iperf3:
             return parse(doc, spec, started)
         except (ValueError, KeyError, TypeError) as exc:
             raise LoadError(f"iperf3's JSON could not be read: {exc}", "check the iperf3 version "
-                            "on the load hosts (3.7 or later writes end.sum_sent/sum_received)") from exc
+                            "on the load hosts (3.12, Debian bookworm's, writes end.sum_sent and "
+                            "end.sum_received)") from exc
 
     async def run_json(self, spec: TrafficSpec, seconds: float) -> dict[str, Any]:
         """The client's `iperf3 --json --get-server-output` document of one run."""
