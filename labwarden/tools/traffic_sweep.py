@@ -37,7 +37,7 @@ class TrafficSweepInput(ToolInput):
     window_s: float = Field(5, ge=3, le=120, description="seconds per step")
     idle_baseline: bool = Field(True, description="first, a window with the load stopped: the "
                                 "DUT's CPU without traffic")
-    label: str | None = Field(None, max_length=64, examples=["200 rules"])
+    label: str | None = Field(None, max_length=64, examples=["chain-200"])
 
     @model_validator(mode="after")
     def _ladder(self) -> TrafficSweepInput:
