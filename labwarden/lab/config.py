@@ -259,7 +259,7 @@ class Iperf3Load(_Strict):
     router_config: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]+$", examples=["firewall"],
                                       description="the DUT's UCI file (under [dut.paths] config) "
                                       "with the forward rule set: `router_rules` writes its "
-                                      "`rules` and `mode` options (None: not a changeable DUT)")
+                                      "`rules`, `mode` and `wireguard` options (None: not a changeable DUT)")
     router_reload: list[str] = Field(default_factory=list, examples=[["lw-route", "reload"]],
                                      description="argv on the DUT that applies router_config and "
                                      "prints its state (`rules=N mode=M ...`)")

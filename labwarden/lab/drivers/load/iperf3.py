@@ -11,8 +11,11 @@ LoadDriver seam: `profile`/`sweep` windows under load; 0 = the load stopped, an 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
+import os
+import signal
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
 
@@ -142,6 +145,17 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
 
 _HELD: dict[tuple[str, ...], list[asyncio.subprocess.Process]] = {}
 """Held load per lab (its client prefix and port), across driver instances of this process."""
+
+
+@atexit.register
+def _release_at_exit() -> None:
+    """A held load never outlives the process that holds it (a run that stopped half-way would
+    leave iperf3 streaming through the DUT, and the port taken for the next hold)."""
+    for procs in _HELD.values():
+        for proc in procs:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
 
 
 class Iperf3:
