@@ -66,8 +66,11 @@ def test_the_traffic_story_names_registered_tools() -> None:
     book = model.load(Path("playbooks/qlab-traffic.toml"), {"rules": 2000})
     assert book.vars["rules"] == 2000
     assert {s.tool for s in book.steps} <= set(TOOLS)
-    assert [s.args["length"] for s in book.steps if s.tool == "saturate"] == [100, 1472, 100]
-    assert [s.args["mode"] for s in book.steps if s.tool == "router_rules"] == ["chain", "set", "chain"]
+    assert [s.args["length"] for s in book.steps if s.tool == "saturate"] == [100, 1472, 100, 1472, 1472]
+    assert [s.args["mode"] for s in book.steps if s.tool == "router_rules"] == [
+        "chain", "set", "set", "chain"]
+    assert [s.args.get("wireguard") for s in book.steps if s.tool == "router_rules"] == [
+        None, None, True, False]
     assert any(s.tool == "profile" and s.args.get("system_wide") for s in book.steps)
     judged = next(s for s in book.steps if s.id == "sat100_set")
     assert judged.args["baseline"] == "${sat100.saturate_id}"

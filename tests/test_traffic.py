@@ -175,3 +175,20 @@ async def test_sweep_measures_a_real_idle_baseline_when_the_load_stops(tq: Qlab)
     kinds = [json.loads(p.read_text())["kind"] for p in Path(data, "records", "prof").glob("*.json")]
     assert "idle" in kinds and "loaded" in kinds
     assert out["points"][0]["idle_cpu_mean"] is not None
+
+
+async def test_wireguard_on_and_off(tq: Qlab) -> None:
+    """router_rules {wireguard}: lan -> wan through a WireGuard tunnel (both ends in the guest: wg0,
+    and wg1 in its netns wgpeer holding wan), traffic still flows and crosses wg0; off again
+    restores the plain path."""
+    on = await _ok(tq, "router_rules", {"rules": 200, "mode": "chain", "wireguard": True})
+    try:
+        assert "wireguard=1" in on["after"] and "wan=up" in on["after"]
+        w = await _driver(tq).window(TrafficSpec(proto="udp", bitrate_mbps=5, length=1200), 3)
+        assert w.achieved_mbps > 3, w
+        tx = tq.sh("wg show wg0 transfer")
+        assert tx.ok and int(tx.stdout.split()[-1]) > 1_000_000, tx.stdout  # bytes sent through it
+    finally:
+        off = await _ok(tq, "router_rules", {"rules": 200, "mode": "chain", "wireguard": False})
+    assert "wireguard=0" in off["after"] and "wan=up" in off["after"]
+    assert tq.sh("ip netns list | grep -c wgpeer").stdout.strip() == "0"

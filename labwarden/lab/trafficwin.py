@@ -3,8 +3,9 @@ of its own CPU (the kernel split per core, lab/dut/kstat.py) and queues (lab/dut
 the middle of the same window, with the window's conditions. `traffic_sweep` and `saturate` are
 ladders of these.
 
-The DUT snapshots skip the window's first second (iperf3's connect, the one-off server) and its
-last half second, so the CPU split covers steady traffic only.
+The DUT snapshots skip the window's first second (iperf3's connect, the one-off server) and the
+seconds iperf3 omits (`omit_s`), and its last half second, so the CPU split covers steady traffic
+only, as iperf3's own totals do.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ async def measure(dev: Device, profile: LabProfile, state: BoardState, load: Ipe
     cond = await snapshot(dev, profile, state, 0, perf=None)
     window = asyncio.ensure_future(load.window(spec, secs))
     try:
-        await asyncio.sleep(LEAD_S)
+        await asyncio.sleep(LEAD_S + spec.omit_s)
         k0, q0 = await kstat.snapshot(dev), await netq.snapshot(dev)
         await asyncio.sleep(max(0.5, secs - LEAD_S - TAIL_S))
         k1, q1 = await kstat.snapshot(dev), await netq.snapshot(dev)

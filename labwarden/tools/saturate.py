@@ -48,6 +48,9 @@ class SaturateInput(ToolInput):
     window_s: float = Field(4, ge=3, le=60, description="seconds per window")
     max_windows: int = Field(12, ge=2, le=30, description="bracket + bisect windows at most")
     verify: bool = Field(True, description="check the answer at 1.2x and 0.8x")
+    rechecks: int = Field(1, ge=0, le=3, description="when the check disagrees with the search (a "
+                          "noisy window), move the answer to what the check found and check again, "
+                          "this many times")
     cpu_ceiling_pct: float = Field(90, ge=50, le=100, description="a core's softirq + system share "
                                    "at or above this is the CPU limit")
     baseline: str | None = Field(None, pattern=r"^sat-[0-9a-f]{12}$", description="an earlier "
@@ -145,7 +148,8 @@ def _step(ts: trafficwin.TrafficStep, pps: int, inp: SaturateInput) -> SatStep:
 def name_limit(bad: SatStep | None, inp: SaturateInput) -> tuple[Limit, str]:
     """Which limit the first unstable window hit, and the counters that say so."""
     if bad is None:
-        return "not_reached", f"every rate up to max_pps {inp.max_pps} was stable"
+        return "not_reached", (f"no rate above the answer was unstable (max_pps {inp.max_pps}, "
+                               f"max_windows {inp.max_windows})")
     facts = (f"at {bad.offered_pps} pps offered: {bad.shortfall_pct}% did not arrive (iperf3 "
              f"loss {bad.loss_pct}%), busiest core "
              f"{bad.busiest_cpu} softirq+system {bad.busiest_softirq_system_pct:.0f}% (ceiling "
@@ -182,7 +186,7 @@ async def run(ctx: LabContext, inp: SaturateInput) -> SaturateOutput:
 
     async def probe(pps: int) -> SatStep:
         spec = TrafficSpec(proto="udp", direction=inp.direction, length=inp.length,
-                           bitrate_mbps=_mbps(pps, inp.length))
+                           bitrate_mbps=_mbps(pps, inp.length), omit_s=1)
         await ctx.report(len(windows), inp.max_windows + 2, f"{inp.length} B at {pps} pps")
         ts = await trafficwin.measure(ctx.device, ctx.profile, ctx.state, load, spec, inp.window_s)
         windows.append(ts)
@@ -216,13 +220,28 @@ async def run(ctx: LabContext, inp: SaturateInput) -> SaturateOutput:
             good = s
         else:
             bad = s
-    limit, evidence = name_limit(bad, inp)
     above = below = None
     confirmed = None
-    if inp.verify and good is not None:
+    rechecks = 0
+    while inp.verify and good is not None:
         above = await probe(int(good.offered_pps * 1.2))
         below = await probe(int(good.offered_pps * 0.8))
         confirmed = not above.stable and below.stable
+        if confirmed or rechecks >= inp.rechecks:
+            break
+        rechecks += 1
+        steps += [above, below]
+        if above.stable:  # the answer was low: it moves up to the rate the check held
+            good = above
+        else:  # 0.8x lost: the answer was luck; the highest stable rate below that window
+            good = max((s for s in steps if s.stable and s.offered_pps < below.offered_pps),
+                       key=lambda s: s.offered_pps, default=None)
+    if good is not None:  # the limit is read at the lowest unstable rate above the answer
+        over = [s for s in [*steps, above] if s is not None and not s.stable
+                and s.offered_pps > good.offered_pps]
+        bad = min(over, key=lambda s: s.offered_pps,
+                  default=bad if bad is not None and bad.offered_pps > good.offered_pps else None)
+    limit, evidence = name_limit(bad, inp)
     out = SaturateOutput(
         saturate_id=sid, length=inp.length, direction=inp.direction, loss_max_pct=inp.loss_max_pct,
         stable_pps=good.offered_pps if good else None,

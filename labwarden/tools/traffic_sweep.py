@@ -55,9 +55,9 @@ class TrafficSweepInput(ToolInput):
         if self.bitrates_mbps:
             streams = self.streams[0] if self.streams else 1
             return [TrafficSpec(proto=self.proto, direction=self.direction, length=self.length,
-                                streams=streams, bitrate_mbps=b) for b in self.bitrates_mbps]
+                                streams=streams, bitrate_mbps=b, omit_s=1) for b in self.bitrates_mbps]
         return [TrafficSpec(proto=self.proto, direction=self.direction, length=self.length,
-                            streams=n) for n in self.streams or []]
+                            streams=n, omit_s=1) for n in self.streams or []]
 
 
 class IdleCpu(BaseModel):

@@ -40,6 +40,8 @@ class TrafficSpec(BaseModel):
     bitrate_mbps: float | None = Field(None, gt=0, le=100000, description="target rate (-b), "
                                        "Mbit/s over all streams; UDP needs one, TCP None = as "
                                        "fast as it goes", examples=[100])
+    omit_s: int = Field(0, ge=0, le=10, description="seconds left out of the results at the "
+                        "start (-O): the ramp, ARP, a cold path")
 
     @model_validator(mode="after")
     def _udp_rate(self) -> TrafficSpec:
@@ -58,6 +60,8 @@ class TrafficSpec(BaseModel):
         if self.bitrate_mbps is not None:
             # -b is per stream: the total is split evenly
             out += ["-b", f"{self.bitrate_mbps * 1e6 / self.streams:.0f}"]
+        if self.omit_s:
+            out += ["-O", str(self.omit_s)]
         return out
 
 
@@ -211,7 +215,7 @@ class Iperf3:
             for attempt in range(10):  # the one-off server may still be binding
                 client = await self._spawn(argv, asyncio.subprocess.PIPE)
                 try:
-                    async with asyncio.timeout(secs + self.section.timeout_s):
+                    async with asyncio.timeout(secs + spec.omit_s + self.section.timeout_s):
                         out, err = await client.communicate()
                 except BaseException:
                     await _kill(client)
