@@ -119,7 +119,9 @@ async def test_traffic_sweep_softirq_under_load_and_idle(tq: Qlab) -> None:
     assert [p["offered_mbps"] for p in points] == [5, 40]
     low, high = points
     assert low["achieved_mbps"] == pytest.approx(5, rel=0.15) and low["loss_pct"] < 5
-    assert all(p["softirq_pct"] > 1.0 for p in points)
+    # the softirq share: non-zero under load (at 40 Mbit/s, > 1% of both cores), ~0 idle
+    assert low["softirq_pct"] > 0 and high["softirq_pct"] > 1.0, points
+    assert "softirq 0.0%" in idle["summary"] or idle["busiest_softirq_system_pct"] < 5, idle
     assert high["cpu_busy_pct"] > idle["busy_pct"] + 5
     assert high["received_pps"] > low["received_pps"]
 
