@@ -19,6 +19,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from labwarden.core.devtext import quote
 from labwarden.core.errors import LabError
 from labwarden.qlab.envyaml import Nic
 from labwarden.qlab.paths import QlabLayout
@@ -61,7 +62,7 @@ addresses and MACs are also in its `lw-route`."""
 def _ip(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     out = subprocess.run(["ip", *argv], capture_output=True, text=True, timeout=30)
     if check and out.returncode != 0:
-        raise TrafficNetError(f"`ip {' '.join(argv)}` failed: {out.stderr.strip()[-300:]}",
+        raise TrafficNetError(f"`ip {' '.join(argv)}` failed: {quote(out.stderr)}",
                               "the traffic qlab needs root and /dev/net/tun; "
                               "`labwarden qlab down --dir DIR` removes a half-made set")
     return out

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from labwarden.core.devtext import quote
 from labwarden.lab.config import Iperf3Load
 from labwarden.lab.drivers.load.base import LoadError
 
@@ -189,7 +190,7 @@ class Iperf3:
         await asyncio.sleep(0.3)  # the client retries below if the listen was slower
         if proc.returncode is not None:
             err = (await proc.stderr.read()).decode(errors="replace") if proc.stderr else ""
-            raise LoadError(f"the iperf3 server exited {proc.returncode}: {err.strip()[-300:]}",
+            raise LoadError(f"the iperf3 server exited {proc.returncode}: {quote(err)}",
                             f"is port {port} free on the server side? ([load] port)")
         return proc
 
@@ -237,7 +238,7 @@ class Iperf3:
         try:
             doc = json.loads(text)
         except ValueError as exc:
-            raise LoadError(f"iperf3 wrote no JSON: {text.strip()[-200:]}",
+            raise LoadError(f"iperf3 wrote no JSON: {quote(text)}",
                             "check the iperf3 binary on the client side") from exc
         if not isinstance(doc, dict):
             raise LoadError("iperf3's JSON is not an object", "check the iperf3 version")
@@ -261,7 +262,7 @@ class Iperf3:
             err = (await client.stderr.read()).decode(errors="replace") if client.stderr else ""
             await _kill(server)
             _HELD.pop(key, None)
-            raise LoadError(f"the held iperf3 client exited {client.returncode}: {err.strip()[-300:]}",
+            raise LoadError(f"the held iperf3 client exited {client.returncode}: {quote(err)}",
                             "does the DUT route lan -> wan? (`lw-route status` on the qlab)")
 
     def where(self) -> str:
@@ -269,8 +270,9 @@ class Iperf3:
 
 
 def _error(out: str, err: bytes) -> str:
-    with contextlib.suppress(ValueError):
+    """iperf3's own error (quoted: load-host text reaches the model)."""
+    with contextlib.suppress(ValueError, AttributeError):
         msg = json.loads(out).get("error")
         if msg:
-            return str(msg)[-300:]
-    return (err.decode(errors="replace") or out).strip()[-300:]
+            return quote(str(msg))
+    return quote(err.decode(errors="replace") or out)
