@@ -504,7 +504,7 @@ def _example(loc: tuple[int | str, ...]) -> str | None:
     return f"{loc[-1]} = {json.dumps(field.examples[0])}"
 
 
-_KINDS = {"load": ("stasim", "none", "command", "wpa_supplicant"),
+_KINDS = {"load": ("stasim", "none", "command", "wpa_supplicant", "iperf3"),
           "flash": ("sysupgrade", "vlab", "command", "labgrid")}
 """Sections that are a union on `kind` (pydantic puts the kind into an error's location)."""
 
