@@ -56,7 +56,7 @@ def qlab_up(
     traffic: Annotated[bool, typer.Option(
         "--traffic", help="the traffic variant: lan/wan NICs on taps bridged to host netns "
         "lwlan/lwwan, the guest routing lan -> wan through nftables (/etc/config/firewall), and "
-        "a profile with [load] kind = \"iperf3\" (one traffic qlab per host)")] = False,
+        "a profile whose load section is kind = \"iperf3\" (one traffic qlab per host)")] = False,
 ) -> None:
     """Build what is missing (image, firmware), boot the guest through labgrid (QEMUDriver +
     QlabStrategy), wait for its APs, and write lab.toml (--traffic: the router variant)."""
