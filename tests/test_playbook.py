@@ -66,7 +66,7 @@ def test_the_traffic_story_names_registered_tools() -> None:
     book = model.load(Path("playbooks/qlab-traffic.toml"), {"rules": 2000})
     assert book.vars["rules"] == 2000
     assert {s.tool for s in book.steps} <= set(TOOLS)
-    assert [s.args["length"] for s in book.steps if s.tool == "saturate"] == [100, 1472, 100, 1472, 1472]
+    assert [s.args["length"] for s in book.steps if s.tool == "saturate"] == [100, 1472, 100, 1200, 1200]
     assert [s.args["mode"] for s in book.steps if s.tool == "router_rules"] == [
         "chain", "set", "set", "chain"]
     assert [s.args.get("wireguard") for s in book.steps if s.tool == "router_rules"] == [

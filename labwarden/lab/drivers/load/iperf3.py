@@ -242,6 +242,10 @@ class Iperf3:
                             "check the iperf3 binary on the client side") from exc
         if not isinstance(doc, dict):
             raise LoadError("iperf3's JSON is not an object", "check the iperf3 version")
+        if doc.get("error") and not (doc.get("end") or {}).get("sum_received"):
+            raise LoadError(f"iperf3 failed: {quote(doc['error'])}", "run the window by hand on "
+                            "the client side; a datagram above the path's MTU (a tunnel's) is "
+                            "fragmented or dropped: try a smaller length")
         return doc
 
     async def hold(self, clients: int) -> None:
