@@ -44,11 +44,12 @@ def guest_image() -> image.QlabImage:
 
 
 @contextmanager
-def running_qlab(root: Path) -> Iterator[Qlab]:
+def running_qlab(root: Path, traffic_router: bool = False) -> Iterator[Qlab]:
+    """`traffic_router`: the traffic variant (host netns lwlan/lwwan, [load] iperf3)."""
     guest_image()
     layout = QlabLayout.at(root)
     try:
-        info = control.up(root)
+        info = control.up(root, traffic_router=traffic_router)
         yield Qlab(layout, info, control.endpoint(layout))
     finally:
         control.down(root)

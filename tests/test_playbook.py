@@ -56,6 +56,27 @@ def test_the_qlab_story_and_its_demo_door() -> None:
     assert res.exit_code == 2 and "blab" in res.output and "qlab" in res.output
 
 
+def test_the_traffic_story_names_registered_tools() -> None:
+    """playbooks/qlab-traffic.toml (seeds 001/002 on the traffic qlab; its run needs `qlab up
+    --traffic`, minutes under TCG, not in the suite): it parses, names only registered tools, and
+    tells its story -- saturate at 100 B and 1500 B, a system-wide profile, the rules as a set
+    judged against the chain's saturation."""
+    from labwarden.tools.registry import TOOLS
+
+    book = model.load(Path("playbooks/qlab-traffic.toml"), {"rules": 2000})
+    assert book.vars["rules"] == 2000
+    assert {s.tool for s in book.steps} <= set(TOOLS)
+    assert [s.args["length"] for s in book.steps if s.tool == "saturate"] == [100, 1472, 100, 1200, 1200]
+    assert [s.args["mode"] for s in book.steps if s.tool == "router_rules"] == [
+        "chain", "set", "set", "chain"]
+    assert [s.args.get("wireguard") for s in book.steps if s.tool == "router_rules"] == [
+        None, None, True, False]
+    assert any(s.tool == "profile" and s.args.get("system_wide") for s in book.steps)
+    judged = next(s for s in book.steps if s.id == "sat100_set")
+    assert judged.args["baseline"] == "${sat100.saturate_id}"
+    assert judged.expect == {"vs_baseline.improved": True}
+
+
 
 def test_run_writes_a_report_chromium_can_read(lab: VlabLayout, artifacts_dir: Path) -> None:
     res = CliRunner().invoke(app, ["run", str(DATA / "mini.toml"), "--lab", str(lab.lab_toml)])

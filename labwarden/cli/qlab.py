@@ -53,15 +53,20 @@ def qlab_up(
     port: Annotated[int, typer.Option(help="ssh port on 127.0.0.1 (0 = a free one)")] = 0,
     patch: Annotated[list[str] | None, typer.Option(
         help="build the firmware with this patch (id like 0901, or a path); repeatable")] = None,
+    traffic: Annotated[bool, typer.Option(
+        "--traffic", help="the traffic variant: lan/wan NICs on taps bridged to host netns "
+        "lwlan/lwwan, the guest routing lan -> wan through nftables (/etc/config/firewall), and "
+        "a profile whose load section is kind = \"iperf3\" (one traffic qlab per host)")] = False,
 ) -> None:
     """Build what is missing (image, firmware), boot the guest through labgrid (QEMUDriver +
-    QlabStrategy), wait for its APs, and write lab.toml."""
+    QlabStrategy), wait for its APs, and write lab.toml (--traffic: the router variant)."""
     if accel not in ("auto", "kvm", "tcg"):
         fail_on(LabError(f"--accel must be auto, kvm or tcg, got {accel!r}", "e.g. --accel tcg"), 2)
     mode: Literal["auto", "kvm", "tcg"] = accel  # type: ignore[assignment]
     try:
         with err.status("qlab up") as st:
             info = control.up(dir, accel=mode, memory=memory, smp=smp, port=port, patches=patch or [],
+                              traffic_router=traffic,
                               progress=lambda m: st.update(f"qlab up: {escape(m)}"))
     except LabError as exc:
         fail_on(exc)

@@ -234,10 +234,40 @@ class WpaSupplicantLoad(_Strict):
     settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0])
 
 
-LoadSection = Annotated[StasimLoad | NoLoad | CommandLoad | WpaSupplicantLoad,
+class Iperf3Load(_Strict):
+    """Traffic through the DUT: an iperf3 client on one side of it and a server on the other,
+    on load hosts outside the DUT's CPU. `client` and `server` are argv prefixes that run a
+    command on each side: the qlab's host netns (`["ip", "netns", "exec", "lwlan"]`), or your own
+    bench's load hosts over SSH (`["ssh", "-o", "BatchMode=yes", "root@10.0.0.2"]`). Holding N
+    clients runs N parallel TCP streams until released; `traffic_sweep` and `saturate` run
+    measured windows of their own."""
+
+    kind: Literal["iperf3"] = "iperf3"
+    client: list[str] = Field(min_length=1, examples=[["ip", "netns", "exec", "lwlan"]],
+                              description="argv prefix that runs iperf3 on the client (lan) side")
+    server: list[str] = Field(min_length=1, examples=[["ip", "netns", "exec", "lwwan"]],
+                              description="argv prefix that runs iperf3 on the server (wan) side")
+    server_addr: str = Field(pattern=r"^[0-9A-Za-z.:-]+$", examples=["192.168.60.2"],
+                             description="the server's address as the client reaches it (through the DUT)")
+    port: int = Field(5201, ge=1024, le=65535, description="iperf3's control/data port")
+    iperf3: str = Field("iperf3", pattern=r"^[A-Za-z0-9_./-]+$",
+                        description="the iperf3 binary on both load hosts")
+    radios: int = Field(1, ge=1, le=64, description="not used: traffic has no radios to split over")
+    timeout_s: float = Field(30, gt=0, le=600, description="beyond a window's length: how long "
+                             "starting and ending a window may take")
+    settle_s: float = Field(1.0, ge=0, le=60, examples=[1.0])
+    router_config: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]+$", examples=["firewall"],
+                                      description="the DUT's UCI file (under [dut.paths] config) "
+                                      "with the forward rule set: `router_rules` writes its "
+                                      "`rules`, `mode` and `wireguard` options (None: not a changeable DUT)")
+    router_reload: list[str] = Field(default_factory=list, examples=[["lw-route", "reload"]],
+                                     description="argv on the DUT that applies router_config and "
+                                     "prints its state (`rules=N mode=M ...`)")
+
+
+LoadSection = Annotated[StasimLoad | NoLoad | CommandLoad | WpaSupplicantLoad | Iperf3Load,
                         Field(discriminator="kind")]
-"""`[load]`: one driver per kind (labwarden/lab/drivers/load/); iperf3 traffic is a further kind,
-added beside these."""
+"""`[load]`: one driver per kind (labwarden/lab/drivers/load/)."""
 
 
 class ReadersSection(_Strict):
@@ -474,7 +504,7 @@ def _example(loc: tuple[int | str, ...]) -> str | None:
     return f"{loc[-1]} = {json.dumps(field.examples[0])}"
 
 
-_KINDS = {"load": ("stasim", "none", "command", "wpa_supplicant"),
+_KINDS = {"load": ("stasim", "none", "command", "wpa_supplicant", "iperf3"),
           "flash": ("sysupgrade", "vlab", "command", "labgrid")}
 """Sections that are a union on `kind` (pydantic puts the kind into an error's location)."""
 

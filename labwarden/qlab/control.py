@@ -32,7 +32,7 @@ from labwarden.core.errors import LabError
 from labwarden.lab.boardstate import BoardState
 from labwarden.lab.dut.endpoint import SshEndpoint
 from labwarden.qlab import accel as accel_mod
-from labwarden.qlab import envyaml, firmware, guestssh, image, procs, profile_writer
+from labwarden.qlab import envyaml, firmware, guestssh, image, procs, profile_writer, traffic
 from labwarden.qlab.paths import QlabLayout
 
 Progress = Callable[[str], None]
@@ -139,7 +139,10 @@ def _wait_state(layout: QlabLayout, daemon: subprocess.Popen[bytes] | None, want
 
 def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "auto",
        memory: str = "512M", smp: int = 2, port: int = 0, patches: list[str] | None = None,
-       extra_nics: list[envyaml.Nic] | None = None, progress: Progress = lambda _m: None) -> QlabInfo:
+       extra_nics: list[envyaml.Nic] | None = None, traffic_router: bool = False,
+       progress: Progress = lambda _m: None) -> QlabInfo:
+    """`traffic_router`: the traffic variant (qlab/traffic.py): lan/wan NICs on taps bridged to the
+    host netns lwlan/lwwan, the guest routing between them, and a profile with [load] iperf3."""
     layout = QlabLayout.at(root)
     t0 = time.monotonic()
     running = procs.daemon_pid(layout)
@@ -168,8 +171,13 @@ def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "
         port = port or _free_port()
         (layout.keys / "host_key.pub").write_text(img.host_key + "\n")
         layout.known_hosts.write_text(f"[127.0.0.1]:{port} {img.host_key}\n")
+        nics = list(extra_nics or [])
+        if traffic_router:
+            progress(f"traffic: host netns {', '.join(s.netns for s in traffic.SIDES)} and taps")
+            traffic.host_up(layout)
+            nics += traffic.nics()
         spec = envyaml.GuestSpec(memory=memory, smp=smp, accel=chosen, ssh_port=port,
-                                 extra_nics=extra_nics or [])
+                                 extra_nics=nics)
         envyaml.write(layout, img, spec)
         progress(f"booting ({chosen.name}, {memory}, {smp} vCPUs) through labgrid")
         t2 = time.monotonic()
@@ -187,7 +195,13 @@ def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "
         if not res.ok:
             raise _fail(layout, f"the APs did not come up: {quote(res.stderr)}")
         timings["wifi"] = round(time.monotonic() - t3, 2)
-        profile_writer.write(layout, img, manifest)
+        if traffic_router:
+            route = guestssh.run_sync(endpoint(layout), ["lw-route", "status"], timeout=30)
+            if not route.ok or "lan=up" not in route.stdout or "wan=up" not in route.stdout:
+                raise _fail(layout, "the guest does not route lan -> wan: "
+                            f"{quote(route.stdout + route.stderr)} (its /tmp/log/route.log says why)")
+        profile_writer.write(layout, img, manifest,
+                             load_section=traffic.LOAD_SECTION if traffic_router else None)
         state = BoardState.load(layout.data_dir)
         state.record_flash(manifest.build_id)  # flashed, not yet verified
         state.save(layout.data_dir)
@@ -251,6 +265,8 @@ def down(root: str | os.PathLike[str], timeout: float = 60.0) -> list[int]:
         if procs.stop(qemu, timeout=5):
             stopped.append(qemu)
     layout.daemon_pid.unlink(missing_ok=True)
+    if traffic.is_traffic(layout):  # after QEMU: its taps are free to go
+        traffic.host_down(layout)
     return stopped
 
 

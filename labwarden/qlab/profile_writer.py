@@ -13,6 +13,7 @@ governor/boost knobs are not applicable under QEMU (no cpufreq), so [policy] hea
 from __future__ import annotations
 
 import json
+import re
 
 from labwarden.lab import uci
 from labwarden.lab.host.builder import BuildManifest
@@ -26,7 +27,10 @@ def _q(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
-def write(layout: QlabLayout, image: QlabImage, manifest: BuildManifest) -> None:
+def write(layout: QlabLayout, image: QlabImage, manifest: BuildManifest,
+          load_section: str | None = None) -> None:
+    """`load_section` replaces [load] and drops [readers] (the traffic variant: its load is
+    traffic, not clients the firmware counts)."""
     factory = uci.load(guest_dir() / "rootfs" / "etc" / "config" / "wireless")
     vaps = [s.name for s in factory if s.type == "wifi-iface"]
     channels = {s.name: s.options["channel"] for s in factory if s.type == "wifi-device"}
@@ -118,4 +122,7 @@ rss_per_client_kb_max = 64.0
 # no cpufreq under QEMU: governor and boost are not applicable
 heal = ["topology", "procmgr"]
 """
+    if load_section is not None:
+        text = re.sub(r"\[load\]\n.*?\n\n\[readers\]\n[^\n]*\n\n", lambda _m: load_section + "\n",
+                      text, count=1, flags=re.S)
     layout.lab_toml.write_text(text)

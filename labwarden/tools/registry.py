@@ -20,10 +20,13 @@ from labwarden.tools import (
     patch_submit,
     profile,
     report,
+    router_rules,
+    saturate,
     source_read,
     source_search,
     sweep,
     symbolize,
+    traffic_sweep,
 )
 
 _SPECS = [
@@ -35,6 +38,9 @@ _SPECS = [
     associate.SPEC,
     profile.SPEC,
     sweep.SPEC,
+    traffic_sweep.SPEC,
+    saturate.SPEC,
+    router_rules.SPEC,
     compare.SPEC,
     gate_check.SPEC,
     attribute.SPEC,

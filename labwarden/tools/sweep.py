@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, field_validator
 from labwarden.core.measurements import SweepPoint, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
 from labwarden.tools import associate, parity, profile
 from labwarden.tools.context import LabContext
@@ -28,8 +29,9 @@ class SweepInput(ToolInput):
                                  description="client counts, ascending", examples=[[18, 60, 114]])
     reps: int = Field(3, ge=1, le=10)
     window_s: float = Field(10, ge=2, le=300)
-    idle_baseline: bool = Field(True, description="also measure each point with no traffic; the "
-                                "vlab's load is associations only, so its windows are all idle")
+    idle_baseline: bool = Field(True, description="also measure each point with no traffic: a "
+                                "window with the load stopped where the load is traffic ([load] "
+                                "iperf3); a station load's windows are all idle already")
     perf: bool = Field(True, description="perf record at the densest point (first rep)")
     settle_s: float | None = Field(None, ge=0, le=60, description="seconds from associating to "
                                    "the first window at each density (default: [load] settle_s)")
@@ -56,6 +58,8 @@ class SweepOutput(BaseModel):
 
 IDLE_NOTE = ("the load generator has no traffic mode: every window is idle (associations only), "
              "so idle = loaded and the CPU is the polling, not traffic")
+IDLE_MEASURED = ("idle = the same point with the load stopped (its own windows, measured after the "
+                 "loaded ones)")
 
 
 async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
@@ -64,6 +68,8 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
     points: list[SweepPoint] = []
     started = datetime.now(UTC)
     check: str | None = None
+    load = load_drivers.for_profile(ctx.profile, ctx.device)
+    stops = load.stops_traffic
     try:
         for i, n in enumerate(inp.densities):
             await ctx.report(i, len(inp.densities), f"density {n} ({i + 1}/{len(inp.densities)})")
@@ -75,10 +81,17 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
                 stations=n, window_s=inp.window_s, reps=inp.reps, perf=inp.perf and densest,
                 perf_reps=1, settle_s=inp.settle_s), associate_first=False)
             summary = profile.summarize(rec)
+            idle_cpu = summary.cpu_pct.mean if inp.idle_baseline else None
+            if inp.idle_baseline and stops:  # a real baseline: the same point, the load stopped
+                await load.hold(0)
+                idle = await profile.measure(ctx, profile.ProfileInput(
+                    stations=n, window_s=inp.window_s, reps=inp.reps, perf=False,
+                    settle_s=inp.settle_s), kind="idle", associate_first=False)
+                idle_cpu = profile.summarize(idle).cpu_pct.mean
             points.append(SweepPoint(
                 stations=n, profile_id=rec.id, cpu_mean=summary.cpu_pct.mean,
                 cpu_stdev=summary.cpu_pct.stdev, cpu_per_rep=summary.cpu_pct.per_rep,
-                idle_cpu_mean=summary.cpu_pct.mean if inp.idle_baseline else None,
+                idle_cpu_mean=idle_cpu,
                 counters=summary.counters, rss_kb=summary.rss_kb, per_radio=assoc.per_radio,
                 clients_held=all(w.datamodel_start in (None, n) and w.datamodel_end in (None, n)
                                  for w in rec.windows)))
@@ -89,7 +102,8 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
     record = SweepRecord(id=sid, label=inp.label, started_at=started, window_s=inp.window_s, reps=inp.reps,
                          build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
                          points=points, cleanup_count=cleanup,
-                         idle_note=IDLE_NOTE if inp.idle_baseline else None, parity=check)
+                         idle_note=(IDLE_MEASURED if stops else IDLE_NOTE) if inp.idle_baseline
+                         else None, parity=check)
     store.save("swp", sid, record)
     await ctx.report(len(inp.densities), len(inp.densities), f"sweep {sid} stored")
     return SweepOutput(sweep_id=sid, label=inp.label, build_id=record.build_id, points=points,

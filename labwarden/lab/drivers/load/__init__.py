@@ -11,13 +11,14 @@ from __future__ import annotations
 from labwarden.lab.config import LabProfile
 from labwarden.lab.drivers.load.base import LoadDriver, LoadError
 from labwarden.lab.drivers.load.command import CommandLoad
+from labwarden.lab.drivers.load.iperf3 import Iperf3
 from labwarden.lab.drivers.load.none import NoClients
 from labwarden.lab.drivers.load.stasim import Stasim
 from labwarden.lab.drivers.load.wpa_supplicant import WpaSupplicant
 from labwarden.lab.dut.device import Device
 
 DRIVERS: dict[str, type[LoadDriver]] = {d.kind: d for d in (Stasim, NoClients, CommandLoad,
-                                                                 WpaSupplicant)}
+                                                                 WpaSupplicant, Iperf3)}
 """`[load] kind` -> driver (tests/test_drivers.py checks the profile schema agrees)."""
 KINDS = tuple(DRIVERS)
 

@@ -17,6 +17,10 @@ class LoadDriver(Protocol):
     """Holds clients on the DUT (labgrid's Protocol habit: the role, not a vendor)."""
 
     kind: ClassVar[str]
+    stops_traffic: ClassVar[bool]
+    """True when the load is traffic that `hold(0)` stops while the DUT keeps its clients and
+    config: `sweep` then measures a real idle baseline at each point (a window with the load
+    stopped). False for station loads, whose every window is already idle of traffic."""
     radios: int
     """Radios (or ports) the clients are split over: the even-split check uses it."""
 

@@ -13,6 +13,7 @@ from labwarden.lab.drivers.load.base import LoadError
 
 class CommandLoad:
     kind: ClassVar[str] = "command"
+    stops_traffic: ClassVar[bool] = False
 
     def __init__(self, section: CommandLoadSection):
         self.section = section

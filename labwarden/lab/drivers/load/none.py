@@ -11,6 +11,7 @@ from labwarden.lab.drivers.load.base import LoadError
 
 class NoClients:
     kind: ClassVar[str] = "none"
+    stops_traffic: ClassVar[bool] = False
 
     def __init__(self, section: NoLoad):
         self.section = section

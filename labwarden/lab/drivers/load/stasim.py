@@ -12,6 +12,7 @@ from labwarden.lab.host import stasim
 
 class Stasim:
     kind: ClassVar[str] = "stasim"
+    stops_traffic: ClassVar[bool] = False
 
     def __init__(self, section: StasimLoad):
         self.section = section

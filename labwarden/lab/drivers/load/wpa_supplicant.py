@@ -19,6 +19,7 @@ _RELEASED = re.compile(r"^released (\d+)$", re.M)
 
 class WpaSupplicant:
     kind: ClassVar[str] = "wpa_supplicant"
+    stops_traffic: ClassVar[bool] = False
 
     def __init__(self, section: WpaSupplicantLoad, device: Device | None = None):
         self.section = section
