@@ -55,6 +55,16 @@ async def _ok(q: Qlab, tool: str, args: dict[str, Any] | None = None) -> dict[st
     return rec.result
 
 
+async def _ok_reported(q: Qlab, tool: str, args: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The tool's result, and the HTML of the report of its session."""
+    async with open_lab(LabProfile.from_file(q.layout.lab_toml)) as ctx:
+        rec = await call_tool(ctx, tool, args)
+        assert rec.ok and rec.result is not None, (tool, rec.error)
+        rep = await call_tool(ctx, "report", {"name": f"traffic-{tool}"})
+    assert rep.ok and rep.result is not None, rep.error
+    return rec.result, Path(rep.result["path"]).read_text()
+
+
 async def _verified(q: Qlab) -> None:
     prof = LabProfile.from_file(q.layout.lab_toml)
     assert (await _ok(q, "fingerprint_verify", {"build_id": prof.build.baseline}))["verified"]
@@ -116,8 +126,8 @@ async def test_traffic_sweep_softirq_under_load_and_idle(tq: Qlab) -> None:
     await _verified(tq)
     await _ok(tq, "router_rules", {"rules": 1000, "mode": "chain"})
     try:
-        out = await _ok(tq, "traffic_sweep", {"bitrates_mbps": [5, 30], "window_s": 3,
-                                              "length": 1200})
+        out, html = await _ok_reported(tq, "traffic_sweep", {"bitrates_mbps": [5, 30],
+                                                             "window_s": 3, "length": 1200})
     finally:
         await _ok(tq, "router_rules", {"rules": 200, "mode": "chain"})
     idle, points = out["idle"], out["points"]
@@ -130,6 +140,9 @@ async def test_traffic_sweep_softirq_under_load_and_idle(tq: Qlab) -> None:
     assert "softirq 0.0%" in idle["summary"] or idle["busiest_softirq_system_pct"] < 5, idle
     assert high["cpu_busy_pct"] > idle["busy_pct"] + 5, (idle, high)
     assert high["received_pps"] > low["received_pps"], points
+    # the report draws the ladder and lists every step with what iperf3 achieved
+    assert 'id="traffic-plot"><svg' in html and html.count('class="traffic-row"') == 2
+    assert f"<td>{low['achieved_mbps']:.1f}</td>" in html and "idle (load stopped)" in html
 
 
 async def test_saturate_answer_is_checked_at_1_2x_and_0_8x(tq: Qlab) -> None:
@@ -140,8 +153,9 @@ async def test_saturate_answer_is_checked_at_1_2x_and_0_8x(tq: Qlab) -> None:
     set_rules = await _ok(tq, "router_rules", {"rules": 2000, "mode": "chain"})
     assert "rules=2000 mode=chain" in set_rules["after"]
     try:
-        out = await _ok(tq, "saturate", {"length": 100, "loss_max_pct": 5, "start_pps": 500,
-                                         "window_s": 3, "precision_pct": 25, "max_windows": 8})
+        out, html = await _ok_reported(tq, "saturate", {
+            "length": 100, "loss_max_pct": 5, "start_pps": 500, "window_s": 3,
+            "precision_pct": 25, "max_windows": 8})
     finally:
         await _ok(tq, "router_rules", {"rules": 200, "mode": "chain"})
     assert out["stable_pps"] is not None and out["confirmed"] is True, out
@@ -149,6 +163,9 @@ async def test_saturate_answer_is_checked_at_1_2x_and_0_8x(tq: Qlab) -> None:
     assert out["verify_above"]["offered_pps"] == int(out["stable_pps"] * 1.2)
     assert out["limit"] in ("cpu", "queue", "ingress"), out["evidence"]
     assert "softirq+system" in out["evidence"] and "pps" in out["evidence"]
+    # the report draws delivered vs offered pps and names the answer and its limit
+    assert 'id="saturation-plot"><svg' in html and html.count('class="saturation-row"') == 1
+    assert f"<td>{out['stable_pps']}</td>" in html and f'<td class="l">{out["limit"]}</td>' in html
 
 
 async def test_hold_runs_tcp_streams_until_released(tq: Qlab) -> None:

@@ -65,6 +65,10 @@ class ReportData(BaseModel):
     experiments: list[Experiment] = []
     rejected: list[Rejected] = []
     bisections: list[Bisection] = []
+    traffic: list[dict[str, Any]] = []
+    """traffic_sweep results (the ladder: throughput, loss and the DUT's CPU per step)."""
+    saturations: list[dict[str, Any]] = []
+    """saturate results (the bracket/bisect windows, the answer, the limit and its check)."""
 
 
 def _load(records: RecordStore, kind: str, rid: str, cls: type[BaseModel]) -> Any:
@@ -104,6 +108,8 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
     experiments: list[Experiment] = []
     rejected: list[Rejected] = []
     bisections: list[Bisection] = []
+    traffic: list[dict[str, Any]] = []
+    saturations: list[dict[str, Any]] = []
     events = [ev for sid in [*(earlier or []), session_id] for ev in store.events(sid)]
     for ev in events:
         e = ev.event
@@ -150,6 +156,10 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
                 if exp is not None:
                     experiments.append(exp)
                     _experiment(records, exp, stages, syms)
+            elif c.tool == "traffic_sweep":
+                traffic.append(r)
+            elif c.tool == "saturate":
+                saturations.append(r)
             elif c.tool == "bisect":
                 bis = _load(records, "bis", r["bisect_id"], Bisection)
                 if bis is not None:
@@ -172,7 +182,8 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
                       windows=windows, model_calls=model_calls, tokens=tokens, cost_usd=round(cost, 4),
                       tool_calls=calls, refused=refused, healed=healed, result_tokens=result_tokens,
                       anchor=_anchor(store, session_id), experiments=experiments,
-                      rejected=rejected, bisections=bisections)
+                      rejected=rejected, bisections=bisections, traffic=traffic,
+                      saturations=saturations)
 
 
 def _contained_svgs(result: dict[str, Any], root: Path) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import jinja2
 
 from labwarden import __version__
 from labwarden.report.data import ReportData, Stage
-from labwarden.report.plot import curves_svg
+from labwarden.report.plot import curves_svg, saturation_svg, traffic_label, traffic_svg
 
 
 def _point(stage: Stage, n: int):  # type: ignore[no-untyped-def]
@@ -63,7 +63,9 @@ def render(d: ReportData) -> str:
     densities = sorted({p.stations for s in d.stages for p in s.sweep.points})
     return env.get_template("report.html.j2").render(
         d=d, plot=curves_svg(d.stages), densities=densities, point=_point, flames=_flames(d),
-        notes=_notes(d),
+        notes=_notes(d), traffic_plot=traffic_svg(d.traffic) if d.traffic else "",
+        saturation_plot=saturation_svg(d.saturations) if d.saturations else "",
+        traffic_label=traffic_label,
         version=__version__, generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
 
