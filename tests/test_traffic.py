@@ -153,9 +153,14 @@ async def test_saturate_answer_is_checked_at_1_2x_and_0_8x(tq: Qlab) -> None:
     set_rules = await _ok(tq, "router_rules", {"rules": 2000, "mode": "chain"})
     assert "rules=2000 mode=chain" in set_rules["after"]
     try:
-        out, html = await _ok_reported(tq, "saturate", {
-            "length": 100, "loss_max_pct": 5, "start_pps": 500, "window_s": 3,
-            "precision_pct": 25, "max_windows": 8})
+        async with open_lab(LabProfile.from_file(tq.layout.lab_toml)) as ctx:  # one report
+            sat = await call_tool(ctx, "saturate", {
+                "length": 100, "loss_max_pct": 5, "start_pps": 500, "window_s": 3,
+                "precision_pct": 25, "max_windows": 8})
+            assert sat.ok and sat.result is not None, sat.error
+            out = sat.result
+            checked = await call_tool(ctx, "gate_check", {"saturate_id": out["saturate_id"]})
+            rep = await call_tool(ctx, "report", {"name": "traffic-saturate"})
     finally:
         await _ok(tq, "router_rules", {"rules": 200, "mode": "chain"})
     assert out["stable_pps"] is not None and out["confirmed"] is True, out
@@ -163,6 +168,14 @@ async def test_saturate_answer_is_checked_at_1_2x_and_0_8x(tq: Qlab) -> None:
     assert out["verify_above"]["offered_pps"] == int(out["stable_pps"] * 1.2)
     assert out["limit"] in ("cpu", "queue", "ingress"), out["evidence"]
     assert "softirq+system" in out["evidence"] and "pps" in out["evidence"]
+    # the traffic gates: the check held, the sender reached every stable rate, conditions verified
+    assert checked.ok and checked.result is not None, checked.error
+    gates = {g["name"]: g for g in checked.result["gates"]}
+    assert set(gates) == {"saturation_confirmed", "load_on_target", "conditions_verified"}
+    assert checked.result["passed"] and checked.result["failed"] == [], gates
+    assert f"answer {out['stable_pps']} pps" in gates["saturation_confirmed"]["evidence"]
+    assert rep.ok and rep.result is not None, rep.error
+    html = Path(rep.result["path"]).read_text()
     # the report draws delivered vs offered pps and names the answer and its limit
     assert 'id="saturation-plot"><svg' in html and html.count('class="saturation-row"') == 1
     assert f"<td>{out['stable_pps']}</td>" in html and f'<td class="l">{out["limit"]}</td>' in html

@@ -3,7 +3,9 @@ CPU monotonic over densities; unknown-frame % within budget; associated count eq
 datamodel count; governor and CLK_TCK verified in every window; RSS bounded (per-client growth
 under the profile's limit); functional parity (clients held through the windows, disassociation
 cleans up). Given A's sweep too, the two A/B gates: offered-load parity and the profile's declared
-functional parity check.
+functional parity check. On a saturation run (`saturate_id`, a traffic study) instead: its
+1.2x/0.8x check held, the sender reached every rate called stable, conditions verified in every
+window; given the baseline run too, both asked the same question.
 
 A gate whose evidence the DUT cannot give (no clients, no clients reader, one density) is
 `not_applicable` with the reason, never passed on made-up data. Reads records (and symbolizes
@@ -15,26 +17,47 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.dut import datamodel
-from labwarden.tools import parity
+from labwarden.tools import parity, saturation_gates
 from labwarden.tools.context import LabContext
+from labwarden.tools.saturate import SaturateRecord
 
 GateName = Literal["cpu_monotonic", "unknown_frames", "assoc_matches_datamodel",
                    "conditions_verified", "rss_bounded", "functional_parity",
-                   "offered_load_parity", "declared_parity"]
+                   "offered_load_parity", "declared_parity", "saturation_confirmed",
+                   "load_on_target", "same_question"]
 
 
 class GateInput(ToolInput):
-    sweep_id: str = Field(examples=["swp-1a2b3c4d5e6f"])
+    sweep_id: str | None = Field(None, examples=["swp-1a2b3c4d5e6f"],
+                                 description="the sweep to judge (or give saturate_id)")
     baseline_sweep_id: str | None = Field(None, description="A's sweep: adds the two A/B gates -- "
                                           "offered-load parity (the monitor's RPC calls/s at the "
                                           "densest point within the profile's tolerance of A's) "
                                           "and the profile's declared functional parity check")
+    saturate_id: str | None = Field(None, pattern=r"^sat-[0-9a-f]{12}$",
+                                    examples=["sat-1a2b3c4d5e6f"], description="a saturation run "
+                                    "to judge instead of a sweep (a traffic study)")
+    baseline_saturate_id: str | None = Field(None, pattern=r"^sat-[0-9a-f]{12}$",
+                                             description="the baseline's saturation run: adds "
+                                             "the same-question gate")
+
+    @model_validator(mode="after")
+    def _one_record(self) -> GateInput:
+        if (self.sweep_id is None) == (self.saturate_id is None):
+            raise ValueError("give sweep_id (a sweep) or saturate_id (a saturation run), not both "
+                             "and not neither")
+        if self.baseline_sweep_id is not None and self.sweep_id is None:
+            raise ValueError("baseline_sweep_id goes with sweep_id; a saturation run's baseline "
+                             "is baseline_saturate_id")
+        if self.baseline_saturate_id is not None and self.saturate_id is None:
+            raise ValueError("baseline_saturate_id goes with saturate_id")
+        return self
 
 
 GateStatus = Literal["passed", "failed", "not_applicable"]
@@ -59,7 +82,7 @@ class Gate(BaseModel):
 
 
 class GateOutput(BaseModel):
-    sweep_id: str
+    sweep_id: str = Field(description="the record judged: a sweep (swp-) or a saturation run (sat-)")
     passed: bool = Field(description="no gate failed (not-applicable gates are listed apart)")
     failed: list[GateName]
     not_applicable: list[GateName] = Field(default_factory=list)
@@ -77,8 +100,21 @@ async def _unknown_pct(ctx: LabContext, rec: SweepRecord, store: RecordStore) ->
     return float(out.unknown_pct), f"{out.unknown_pct:.3f}% unknown frames at {densest.stations} clients"  # type: ignore[attr-defined]
 
 
+def _output(rid: str, gates: list[Gate]) -> GateOutput:
+    failed = [g.name for g in gates if g.status == "failed"]
+    na = [g.name for g in gates if g.status == "not_applicable"]
+    return GateOutput(sweep_id=rid, passed=not failed and len(na) < len(gates), failed=failed,
+                      not_applicable=na, gates=gates)
+
+
 async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
     store = RecordStore(ctx.data_dir)
+    if inp.saturate_id is not None:
+        sat = store.load("sat", inp.saturate_id, SaturateRecord)
+        base = (store.load("sat", inp.baseline_saturate_id, SaturateRecord)
+                if inp.baseline_saturate_id else None)
+        return _output(sat.id, saturation_gates.gates(sat, base, Gate.judged, Gate.not_applicable))
+    assert inp.sweep_id is not None
     rec = store.load("swp", inp.sweep_id, SweepRecord)
     profiles = [store.load("prof", p.profile_id, ProfileRecord) for p in rec.points]
     no_clients = ctx.profile.load.kind == "none"
@@ -117,17 +153,9 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
         gates.append(Gate.judged("assoc_matches_datamodel", not bad, "; ".join(bad) or
                                  "datamodel count == associated clients at every point"))
 
-    windows = [w for prof in profiles for w in prof.windows]
-    unpinned = [f"{prof.stations}/rep{w.rep}: {w.conditions.describe_cpufreq()}, CLK_TCK "
-                f"{w.conditions.clk_tck}, verified {w.conditions.fingerprint_verified}"
-                for prof in profiles for w in prof.windows
-                if not (w.conditions.pinned() and w.conditions.clk_tck > 0
-                        and w.conditions.fingerprint_verified)]
-    first = windows[0].conditions if windows else None
-    gates.append(Gate.judged("conditions_verified", not unpinned and bool(windows),
-                             "; ".join(unpinned[:3]) or f"{len(windows)} windows: "
-                             f"{first.describe_cpufreq() if first else '?'}, CLK_TCK "
-                             f"{first.clk_tck if first else '?'}, fingerprint verified"))
+    ok, evidence = saturation_gates.conditions_evidence(
+        [(f"{prof.stations}/rep{w.rep}", w.conditions) for prof in profiles for w in prof.windows])
+    gates.append(Gate.judged("conditions_verified", ok, evidence))
 
     limit = ctx.profile.gates.rss_per_client_kb_max
     lo, hi = rec.points[0], rec.points[-1]
@@ -161,10 +189,7 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
                   parity.functional(base.parity, rec.parity)):
             gates.append(Gate.judged(g.name, g.passed, g.evidence))  # type: ignore[arg-type]
 
-    failed = [g.name for g in gates if g.status == "failed"]
-    na = [g.name for g in gates if g.status == "not_applicable"]
-    return GateOutput(sweep_id=rec.id, passed=not failed and len(na) < len(gates), failed=failed,
-                      not_applicable=na, gates=gates)
+    return _output(rec.id, gates)
 
 
 SPEC = ToolSpec(name="gate_check", description=describe(__doc__), input=GateInput,
