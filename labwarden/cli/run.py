@@ -106,11 +106,14 @@ def summary(rec: RunRecord) -> list[Table]:
     gates = [s for s in rec.steps if s.tool == "gate_check" and s.record.ok]
     if gates:
         t = Table(title="gates")
-        t.add_column("sweep")
+        t.add_column("step")
         t.add_column("result")
         for s in gates:
             r = s.record.result or {}
-            t.add_row(s.id, "all six passed" if r["passed"] else "FAILED: " + ", ".join(r["failed"]))
+            na = r.get("not_applicable") or []
+            judged = len(r.get("gates") or []) - len(na)
+            t.add_row(s.id, (f"all {judged} passed" + (f" ({len(na)} not applicable)" if na else ""))
+                      if r["passed"] else "FAILED: " + ", ".join(r["failed"]))
         tables.append(t)
     unmet = [(s.id, e) for s in rec.steps for e in s.expectations]
     if unmet:
