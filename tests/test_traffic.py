@@ -135,9 +135,10 @@ async def test_traffic_sweep_softirq_under_load_and_idle(tq: Qlab) -> None:
     assert [p["offered_mbps"] for p in points] == [5, 30]
     low, high = points
     assert low["achieved_mbps"] == pytest.approx(5, rel=0.15) and low["loss_pct"] < 5, low
-    # the softirq share: non-zero under load (> 1% of both cores at 30 Mbit/s), ~0 idle
+    # the softirq share: non-zero under load (> 1% of both cores at 30 Mbit/s), ~0 idle (the
+    # idle window's system share is the guest's own work, dropbear and the snapshots: not asked)
     assert low["softirq_pct"] > 0 and high["softirq_pct"] > 1.0, points
-    assert "softirq 0.0%" in idle["summary"] or idle["busiest_softirq_system_pct"] < 5, idle
+    assert idle["softirq_pct"] < 2.0 and high["softirq_pct"] > idle["softirq_pct"], (idle, high)
     assert high["cpu_busy_pct"] > idle["busy_pct"] + 5, (idle, high)
     assert high["received_pps"] > low["received_pps"], points
     # the report draws the ladder and lists every step with what iperf3 achieved

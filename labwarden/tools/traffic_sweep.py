@@ -62,6 +62,7 @@ class TrafficSweepInput(ToolInput):
 
 class IdleCpu(BaseModel):
     busy_pct: float = Field(description="all cores, % of their time")
+    softirq_pct: float = Field(description="all cores: softirq share (near zero with no traffic)")
     busiest_softirq_system_pct: float
     summary: str
 
@@ -142,7 +143,7 @@ async def run(ctx: LabContext, inp: TrafficSweepInput) -> TrafficSweepOutput:
     await ctx.report(len(specs) + 1, len(specs) + 1, f"traffic sweep {sid} stored")
     return TrafficSweepOutput(
         sweep_id=sid, label=inp.label, proto=inp.proto, direction=inp.direction, length=inp.length,
-        idle=IdleCpu(busy_pct=idle.total.busy_pct,
+        idle=IdleCpu(busy_pct=idle.total.busy_pct, softirq_pct=idle.total.softirq_pct,
                      busiest_softirq_system_pct=idle.busiest_softirq_system_pct,
                      summary=idle.summary()) if idle else None,
         points=[point(s) for s in steps])
