@@ -55,3 +55,15 @@ class Conditions(BaseModel):
     def differences(self, other: Conditions) -> list[str]:
         return [f"{k}: {getattr(self, k)!r} != {getattr(other, k)!r}"
                 for k in CHECKED if getattr(self, k) != getattr(other, k)]
+
+
+def verified_evidence(conds: list[tuple[str, Conditions]]) -> tuple[bool, str]:
+    """(every window pinned, with CLK_TCK and a verified fingerprint; the evidence)."""
+    unpinned = [f"{label}: {c.describe_cpufreq()}, CLK_TCK {c.clk_tck}, verified "
+                f"{c.fingerprint_verified}" for label, c in conds
+                if not (c.pinned() and c.clk_tck > 0 and c.fingerprint_verified)]
+    first = conds[0][1] if conds else None
+    return (not unpinned and bool(conds),
+            "; ".join(unpinned[:3]) or f"{len(conds)} windows: "
+            f"{first.describe_cpufreq() if first else '?'}, CLK_TCK {first.clk_tck if first else '?'}, "
+            "fingerprint verified")

@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from labwarden.core.conditions import verified_evidence
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
@@ -153,7 +154,7 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
         gates.append(Gate.judged("assoc_matches_datamodel", not bad, "; ".join(bad) or
                                  "datamodel count == associated clients at every point"))
 
-    ok, evidence = saturation_gates.conditions_evidence(
+    ok, evidence = verified_evidence(
         [(f"{prof.stations}/rep{w.rep}", w.conditions) for prof in profiles for w in prof.windows])
     gates.append(Gate.judged("conditions_verified", ok, evidence))
 

@@ -13,23 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from labwarden.core.conditions import Conditions
+from labwarden.core.conditions import verified_evidence
 from labwarden.tools.saturate import SatStep, SaturateRecord
 
 Judge = Callable[[str, bool, str], Any]
 NotApplicable = Callable[[str, str], Any]
-
-
-def conditions_evidence(conds: list[tuple[str, Conditions]]) -> tuple[bool, str]:
-    """(every window pinned, with CLK_TCK and a verified fingerprint; the evidence)."""
-    unpinned = [f"{label}: {c.describe_cpufreq()}, CLK_TCK {c.clk_tck}, verified "
-                f"{c.fingerprint_verified}" for label, c in conds
-                if not (c.pinned() and c.clk_tck > 0 and c.fingerprint_verified)]
-    first = conds[0][1] if conds else None
-    return (not unpinned and bool(conds),
-            "; ".join(unpinned[:3]) or f"{len(conds)} windows: "
-            f"{first.describe_cpufreq() if first else '?'}, CLK_TCK {first.clk_tck if first else '?'}, "
-            "fingerprint verified")
 
 
 def _rate(s: SatStep) -> str:
@@ -58,7 +46,7 @@ def gates(rec: SaturateRecord, base: SaturateRecord | None, judged: Judge,
                       f"the sender fell short at stable rate(s) {short}" if short else
                       f"the sender reached all {len(stable)} rate(s) called stable"
                       if stable else "no stable window"))
-    ok, evidence = conditions_evidence([(f"window {i}", w.conditions)
+    ok, evidence = verified_evidence([(f"window {i}", w.conditions)
                                         for i, w in enumerate(rec.windows)])
     out.append(judged("conditions_verified", ok, evidence))
     if base is not None:
