@@ -130,8 +130,9 @@ def resampled(console: Console, pool: list[float], profile: LabProfile, draws: i
                   f"in {rec_s:.0f} s: mean {mean:.2f}%, stdev {sd:.2f} pp ({100 * sd / mean:.1f}%), "
                   f"min {min(pool):.2f}, max {max(pool):.2f}")
     console.print(f"windows: {' '.join(f'{v:.1f}' for v in pool)}")
-    console.print(f"rule: alpha {rule.alpha:g} over looks at {rule.looks()} windows per arm "
-                  f"({rule.alpha_per_look():.4g} each), band +-{rule.min_effect_pct:g}%")
+    console.print(f"rule: alpha {rule.alpha:g} and beta {rule.beta:g} over looks at {rule.looks()} "
+                  f"windows per arm ({rule.alpha_per_look():.4g} and {rule.beta_per_look():.4g} "
+                  f"each), band +-{rule.min_effect_pct:g}%")
     t = Table(title=f"decision rule, {draws} resampled comparisons per case")
     for col in ("case", "improved", "same", "unknown", "regressed", "windows/arm median", "p90", "mean"):
         t.add_column(col, justify="right")
@@ -149,6 +150,11 @@ def resampled(console: Console, pool: list[float], profile: LabProfile, draws: i
     false_improved = sum(j.verdict == "improved" for j in aa) / len(aa)
     console.print(f"false 'improved' on A/A: {100 * false_improved:.2f}% of {len(aa)} (target <= 1%; "
                   f"bound alpha/2 = {100 * rule.alpha / 2:g}%)")
+    edge = results["B 5% lower"]
+    if rule.min_effect_pct == 5.0:  # the effect at the band's edge: a false "same" is bounded by beta
+        false_same = sum(j.verdict == "same" for j in edge) / len(edge)
+        console.print(f"false 'same' on a 5% effect (the band's edge): {100 * false_same:.2f}% of "
+                      f"{len(edge)} (bound beta = {100 * rule.beta:g}%)")
     for label in ("B 5% lower", "B 10% lower"):
         js = [j for j in results[label] if j.verdict == "improved"]
         ws = sorted(j.n_b for j in js)

@@ -66,8 +66,40 @@ def test_false_improved_stays_under_half_alpha_on_simulated_noise() -> None:
     assert false_improved / 2000 <= 0.01 + 3 * (0.01 * 0.99 / 2000) ** 0.5
 
 
+def _adaptive(rule: DecisionRule, rng: random.Random, effect: float, sd: float) -> str:
+    a = [rng.gauss(30, sd) for _ in range(rule.max_windows)]
+    b = [rng.gauss(30 * (1 - effect), sd) for _ in range(rule.max_windows)]
+    n = rule.min_windows
+    while True:
+        j = judge(a[:n], b[:n], rule)
+        if j.decided:
+            return j.verdict
+        n = next_windows(n, rule)
+
+
+def test_same_spends_its_own_budget_beta() -> None:
+    """'same' is judged on a narrower (TOST, 1 - 2 beta_look) interval than 'different': an effect
+    at the band's edge (5%) is called 'same' at most beta of the time, and an A/A on noise like
+    the vlab's (~3% a window) is left 'unknown' far less often than with one budget for both."""
+    j = judge([30.0, 30.9, 29.4, 30.2, 29.8], [30.3, 29.6, 30.8, 29.9, 30.1], RULE)
+    assert j.ci_pct and j.same_ci_pct and j.beta_look == pytest.approx(0.1 / 5)
+    assert j.ci_pct[0] < j.same_ci_pct[0] < j.same_ci_pct[1] < j.ci_pct[1]
+    assert "equivalence [" in j.describe()
+    rng = random.Random(11)
+    edge = [_adaptive(RULE, rng, 0.05, 0.9) for _ in range(2000)]
+    assert edge.count("same") / 2000 <= 0.1 + 3 * (0.1 * 0.9 / 2000) ** 0.5, edge.count("same")
+    one_budget = RULE.model_copy(update={"beta": RULE.alpha / 2})
+    unknown = {}
+    for name, rule in (("beta", RULE), ("one budget", one_budget)):
+        rng = random.Random(12)
+        unknown[name] = [_adaptive(rule, rng, 0.0, 0.9) for _ in range(1000)].count("unknown")
+    assert unknown["beta"] < unknown["one budget"] / 3, unknown
+
+
 def test_the_profile_pre_registers_the_rule_and_refuses_nonsense() -> None:
-    assert DecisionSection().alpha == 0.02
+    assert DecisionSection().alpha == 0.02 and DecisionSection().beta == 0.1
+    with pytest.raises(ProfileError, match=r"decision\.beta"):
+        LabProfile.from_dict({"decision": {"beta": 0.7}})
     with pytest.raises(ValueError, match="max_windows"):
         DecisionSection(min_windows=5, max_windows=3)
     with pytest.raises(ProfileError, match=r"decision\.alpha"):

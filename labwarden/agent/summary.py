@@ -103,9 +103,9 @@ def findings(store: TranscriptStore, sessions: list[str]) -> Findings:
 def _experiment_line(x: Experiment) -> str:
     look = x.screening.looks[-1] if x.screening and x.screening.looks else None
     base = "+".join(x.base_patches) or x.ref
-    ci = f"[{look.ci_pct[0]:+.1f}, {look.ci_pct[1]:+.1f}]%" if look and look.ci_pct else "n/a"
     nums = (f"{look.mean_a:.2f} -> {look.mean_b:.2f} at {x.screening.stations} clients "
-            f"({look.delta_pct:+.1f}%, CI {ci}, {look.verdict} after {look.n_a}+{look.n_b} windows)"
+            f"({look.delta_pct:+.1f}%, {look.interval_text()}, {look.verdict} after "
+            f"{look.n_a}+{look.n_b} windows)"
             if look and x.screening else "not measured")
     return (f"- `{x.patch}` on {base} ({x.id}): {nums} -- {x.reason} (cost ${x.cost.usd:.4f}, "
             f"{x.cost.tokens:,} tokens, {x.cost.lab_seconds:.0f} s of lab)")

@@ -8,15 +8,26 @@ confidence interval of the relative change (Welch):
 
 - **different** ("improved" / "regressed"): the interval excludes 0 and is not inside the
   equivalence band (-min_effect, +min_effect);
-- **same**: the interval lies inside that band -- an effect worth keeping is excluded;
+- **same**: the equivalence interval lies inside that band -- an effect worth keeping is
+  excluded (two one-sided tests, TOST);
 - **unknown**: neither yet; the caller adds windows (`step_windows` per arm) up to
   `max_windows`, and an "unknown" at the cap stays unknown (never kept).
 
-The rule looks at the data several times (at `min_windows`, then every `step_windows`), so the
-error budget `alpha` is split over the planned looks (Bonferroni): each look uses alpha / looks.
-A false "improved" then has probability at most alpha / 2 over the whole adaptive comparison
-(bench/decision.py measures it). Parameters are pre-registered in the lab profile's
-`[decision]` section: nobody picks them after seeing the data.
+The two answers spend two error budgets, as Pinpoint's low and high thresholds do:
+- `alpha` bounds a false "different": the interval that may say "improved" is wide;
+- `beta` bounds a false "same", i.e. an effect of exactly `min_effect_pct` called "same": the
+  equivalence interval is narrower, since missing an effect at the edge of "worth keeping"
+  costs less than keeping a change that does nothing.
+With one budget for both (the first version), a no-op on the vlab's ~2.3 %-per-window noise was
+still "unknown" at 11 windows in about one comparison in seven (resampling the vlab's own A/B
+windows), so an overnight loop could not decide its no-ops.
+
+The rule looks at the data several times (at `min_windows`, then every `step_windows`), so each
+budget is split over the planned looks (Bonferroni): each look uses alpha / looks and
+beta / looks. A false "improved" then has probability at most alpha / 2 over the whole adaptive
+comparison, a false "same" at most beta (bench/decision.py measures both). Parameters are
+pre-registered in the lab profile's `[decision]` section: nobody picks them after seeing the
+data of the change under test (bench/decision.py measures the lab's own noise to size them).
 """
 
 from __future__ import annotations
@@ -39,6 +50,9 @@ class DecisionRule(BaseModel):
     alpha: float = Field(0.02, gt=0, lt=0.5, examples=[0.02], description="error budget of a "
                          "'different' verdict over the whole adaptive comparison (two-sided); "
                          "split over the planned looks. A false 'improved' is at most alpha/2")
+    beta: float = Field(0.1, gt=0, lt=0.5, examples=[0.1], description="error budget of a 'same' "
+                        "verdict: how often an effect of exactly min_effect_pct may be called "
+                        "'same' over the whole comparison; split over the planned looks")
     min_effect_pct: float = Field(5.0, gt=0, le=100, examples=[5.0], description="the smallest "
                                   "effect worth keeping, % of A's mean: a change surely smaller "
                                   "than this is 'same'")
@@ -46,7 +60,7 @@ class DecisionRule(BaseModel):
                              "the first look")
     step_windows: int = Field(2, ge=1, le=100, examples=[2], description="windows added per arm "
                               "while the verdict is 'unknown'")
-    max_windows: int = Field(11, ge=2, le=200, examples=[11], description="windows per arm at "
+    max_windows: int = Field(15, ge=2, le=200, examples=[15], description="windows per arm at "
                              "most: an 'unknown' here stays unknown")
 
     @model_validator(mode="after")
@@ -66,6 +80,9 @@ class DecisionRule(BaseModel):
     def alpha_per_look(self) -> float:
         return self.alpha / len(self.looks())
 
+    def beta_per_look(self) -> float:
+        return self.beta / len(self.looks())
+
 
 class Judgement(BaseModel):
     """One look of the rule at two samples."""
@@ -77,16 +94,36 @@ class Judgement(BaseModel):
     mean_b: float
     delta_pct: float = Field(description="(B - A) / A, %")
     ci_pct: tuple[float, float] | None = Field(description="confidence interval of delta_pct at "
-                                               "1 - alpha_look (Welch)")
+                                               "1 - alpha_look (Welch): 'different' when it "
+                                               "excludes 0")
+    same_ci_pct: tuple[float, float] | None = Field(None, description="equivalence interval of "
+                                                    "delta_pct at 1 - 2 beta_look (TOST): 'same' "
+                                                    "when it lies inside the band")
     p_value: float | None = Field(description="Welch's t-test, two-sided")
     alpha_look: float
+    beta_look: float | None = None
     margin_pct: float = Field(description="the equivalence band: +-margin_pct is 'same'")
     decided: bool = Field(description="the verdict is final (not unknown), or the cap is reached")
 
+    def deciding_interval(self) -> tuple[float, float] | None:
+        """The interval the verdict rests on: the equivalence interval for 'same', else the CI."""
+        return self.same_ci_pct if self.verdict == "same" and self.same_ci_pct else self.ci_pct
+
+    def interval_text(self) -> str:
+        iv = self.deciding_interval()
+        if iv is None:
+            return "CI n/a"
+        name = "equivalence" if iv is not self.ci_pct else "CI"
+        return f"{name} [{iv[0]:+.1f}, {iv[1]:+.1f}]%"
+
     def describe(self) -> str:
         ci = f"[{self.ci_pct[0]:+.1f}, {self.ci_pct[1]:+.1f}]%" if self.ci_pct else "n/a"
+        eq = ""
+        if self.same_ci_pct and self.beta_look is not None:
+            eq = (f", equivalence [{self.same_ci_pct[0]:+.1f}, {self.same_ci_pct[1]:+.1f}]% at "
+                  f"{1 - 2 * self.beta_look:.4g}")
         return (f"{self.verdict}: {self.mean_a:.3g} -> {self.mean_b:.3g} ({self.delta_pct:+.1f}%, "
-                f"CI {ci} at {1 - self.alpha_look:.4g}, n={self.n_a}+{self.n_b}, band "
+                f"CI {ci} at {1 - self.alpha_look:.4g}{eq}, n={self.n_a}+{self.n_b}, band "
                 f"+-{self.margin_pct:g}%)")
 
 
@@ -95,7 +132,7 @@ def judge(a: list[float], b: list[float], rule: DecisionRule, *, higher_is_worse
     """Look once at A's and B's windows. `margin_pct` widens the band of 'same' (bisect uses half
     the regression it chases); the default is the rule's min_effect_pct. `decided` says whether
     the caller may stop: a verdict other than unknown, or no planned look left."""
-    alpha = rule.alpha_per_look()
+    alpha, beta = rule.alpha_per_look(), rule.beta_per_look()
     margin = max(rule.min_effect_pct, margin_pct or 0.0)
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     scale = abs(ma) if ma else 1.0
@@ -103,19 +140,23 @@ def judge(a: list[float], b: list[float], rule: DecisionRule, *, higher_is_worse
     pct = 100.0 * delta / scale
     p: float | None = None
     ci: tuple[float, float] | None = None
+    eq: tuple[float, float] | None = None
     if len(a) > 1 and len(b) > 1:
         va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
         se = math.sqrt(va + vb)
         if se == 0:  # identical windows on each side (a counter that does not move)
-            p, half = (0.0 if delta else 1.0), 0.0
+            p, half, half_eq = (0.0 if delta else 1.0), 0.0, 0.0
         else:
             dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
             p = float(2 * stats.t.sf(abs(delta) / se, dof))
             half = float(stats.t.ppf(1 - alpha / 2, dof)) * se
+            # TOST: B - A > -margin and B - A < +margin, each one-sided at beta_look
+            half_eq = float(stats.t.ppf(1 - beta, dof)) * se
         ci = (100.0 * (delta - half) / scale, 100.0 * (delta + half) / scale)
+        eq = (100.0 * (delta - half_eq) / scale, 100.0 * (delta + half_eq) / scale)
     verdict: Verdict = "unknown"
-    if ci is not None:
-        if -margin < ci[0] and ci[1] < margin:
+    if ci is not None and eq is not None:
+        if -margin < eq[0] and eq[1] < margin:
             verdict = "same"
         elif ci[0] > 0 or ci[1] < 0:
             worse = (ci[0] > 0) == higher_is_worse
@@ -124,7 +165,8 @@ def judge(a: list[float], b: list[float], rule: DecisionRule, *, higher_is_worse
     return Judgement(verdict=verdict, n_a=len(a), n_b=len(b), mean_a=round(ma, 4),
                      mean_b=round(mb, 4), delta_pct=round(pct, 3),
                      ci_pct=(round(ci[0], 3), round(ci[1], 3)) if ci else None,
-                     p_value=None if p is None else round(p, 6), alpha_look=alpha,
+                     same_ci_pct=(round(eq[0], 3), round(eq[1], 3)) if eq else None,
+                     p_value=None if p is None else round(p, 6), alpha_look=alpha, beta_look=beta,
                      margin_pct=margin, decided=verdict != "unknown" or capped)
 
 

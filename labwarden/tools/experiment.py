@@ -50,7 +50,12 @@ class ExperimentOutput(BaseModel):
     mean_a: float | None = Field(description="metric of A at the densest point (CPU %)")
     mean_b: float | None
     delta_pct: float | None
-    ci_pct: tuple[float, float] | None
+    ci_pct: tuple[float, float] | None = Field(description="confidence interval of delta_pct "
+                                               "(1 - alpha per look): 'improved' or 'regressed' "
+                                               "when it excludes 0")
+    equivalence_pct: tuple[float, float] | None = Field(description="equivalence interval of "
+                                                        "delta_pct (1 - 2 beta per look): 'same' "
+                                                        "when it lies inside +-min_effect_pct")
     windows: tuple[int, int] | None = Field(description="windows of A and B the rule needed")
     offered_load: str | None = Field(description="the offered-load gate's evidence")
     gates_failed: list[str]
@@ -166,8 +171,8 @@ def _decide(exp: Experiment) -> tuple[Decision, str]:
         return "dropped", "gates failed: " + "; ".join(f"{g.name} ({g.evidence})" for g in failed)
     if exp.sweep_b is None:
         return "dropped", "no full sweep (internal: a survivor always gets one)"
-    ci = f"[{look.ci_pct[0]:+.1f}, {look.ci_pct[1]:+.1f}]%" if look.ci_pct else "n/a"
-    return "kept", (f"improved at {exp.screening.stations} clients ({look.delta_pct:+.1f}%, CI {ci}), "
+    return "kept", (f"improved at {exp.screening.stations} clients ({look.delta_pct:+.1f}%, "
+                    f"{look.interval_text()}), "
                     "offered load unchanged, every gate passed")
 
 
@@ -252,6 +257,7 @@ def summarize(exp: Experiment) -> ExperimentOutput:
         stations=exp.screening.stations if exp.screening else None,
         mean_a=look.mean_a if look else None, mean_b=look.mean_b if look else None,
         delta_pct=look.delta_pct if look else None, ci_pct=look.ci_pct if look else None,
+        equivalence_pct=look.same_ci_pct if look else None,
         windows=(look.n_a, look.n_b) if look else None, offered_load=load,
         gates_failed=[g.name for g in exp.gates if not g.passed], build_a=exp.build_a,
         build_b=exp.build_b, sweep_a=exp.sweep_a, sweep_b=exp.sweep_b, cost_usd=exp.cost.usd,

@@ -138,10 +138,12 @@ rss_per_client_kb_max = 64.0
 [decision]
 # pre-registered: how an experiment decides (bench/decision.py measures its error rates)
 alpha = 0.02
+# a false "same" (an effect of exactly min_effect_pct missed) is cheaper than a false "improved"
+beta = 0.1
 min_effect_pct = 5.0
 min_windows = 3
 step_windows = 2
-max_windows = 11
+max_windows = 15
 window_s = 4.0
 # the gated write-back (0901) still rewrites every client once after association: wait it out
 settle_s = 3.0
