@@ -150,6 +150,14 @@ def resampled(console: Console, pool: list[float], profile: LabProfile, draws: i
     false_improved = sum(j.verdict == "improved" for j in aa) / len(aa)
     console.print(f"false 'improved' on A/A: {100 * false_improved:.2f}% of {len(aa)} (target <= 1%; "
                   f"bound alpha/2 = {100 * rule.alpha / 2:g}%)")
+    # side by side, on the same recording: the first version's rule (one budget for both answers,
+    # 11 windows at most) against the profile's -- how many A/A stay undecided, and at what cost
+    first = rule.model_copy(update={"beta": rule.alpha / 2, "max_windows": min(rule.max_windows, 11)})
+    for name, r in (("profile's rule", rule), ("first version's rule (one budget, cap 11)", first)):
+        rng_v = random.Random(seed + 1)
+        js = [adaptive(pool, r, rng_v, 0.0) for _ in range(draws)]
+        console.print(f"A/A with the {name}: unknown {100 * _rates(js)['unknown'] / len(js):.2f}%, "
+                      f"mean {statistics.fmean(j.n_b for j in js):.1f} windows per arm")
     edge = results["B 5% lower"]
     if rule.min_effect_pct == 5.0:  # the effect at the band's edge: a false "same" is bounded by beta
         false_same = sum(j.verdict == "same" for j in edge) / len(edge)
