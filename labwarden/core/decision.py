@@ -3,11 +3,11 @@
 Pinpoint (catapult's dashboard/pinpoint/models/compare) answers "different", "same" or "unknown"
 for two samples: different when the p-value is below a low threshold, same when it is above a
 high threshold (a real difference of the size worth finding would very likely have shown by
-now), unknown in between -- and on "unknown" it runs more repeats. Ours does the same with a
-confidence interval of the relative change (Welch):
+now), unknown in between -- and on "unknown" it runs more repeats. Ours does the same with two
+intervals of the relative change (Welch), one per answer:
 
-- **different** ("improved" / "regressed"): the interval excludes 0 and is not inside the
-  equivalence band (-min_effect, +min_effect);
+- **different** ("improved" / "regressed"): the confidence interval excludes 0 (and the answer
+  is not "same");
 - **same**: the equivalence interval lies inside that band -- an effect worth keeping is
   excluded (two one-sided tests, TOST);
 - **unknown**: neither yet; the caller adds windows (`step_windows` per arm) up to
@@ -113,7 +113,7 @@ class Judgement(BaseModel):
         iv = self.deciding_interval()
         if iv is None:
             return "CI n/a"
-        name = "equivalence" if iv is not self.ci_pct else "CI"
+        name = "equivalence" if self.verdict == "same" and self.same_ci_pct else "CI"
         return f"{name} [{iv[0]:+.1f}, {iv[1]:+.1f}]%"
 
     def describe(self) -> str:
