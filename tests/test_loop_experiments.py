@@ -11,7 +11,8 @@ scripted agent reads hal.c with the source tools, then writes five patches:
   protection lifted, dropped by the offered-load gate;
 - the brief reply losing a key: dropped by functional parity;
 - one that does not compile: patch_submit answers with the compiler's lines;
-- a no-op: "same" after the rule's adaptive windows, so refuted.
+- a no-op: "same" by the rule (at its first look on a quiet box; any undecided look before it
+  added windows -- the adding itself is pinned in tests/test_abtest_schedule.py), so refuted.
 
 The morning report and summary list all of them with their numbers. Short windows (2 s), two
 densities and the rule's cap keep it at a few minutes on 2 cores.
@@ -47,8 +48,9 @@ from .patching import BROKEN, BULK, DROP_KEY, NO_OP, SLOW_MONITOR, change
 runner = CliRunner()
 QUICK = {"window_s": "2.0", "densities": "[30, 60]", "sweep_reps": "2", "max_windows": "9",
          "min_effect_pct": "10.0"}
-"""The [decision] of these runs: 2 s windows, 30/60 clients; a no-op needs the interval inside
-+-10% (2 s windows at 60 clients scatter by a few %), within 9 windows per arm."""
+"""The [decision] of these runs: 2 s windows, 30/60 clients; a no-op needs the equivalence
+interval inside +-10% (2 s windows at 60 clients scatter by a few %), within 9 windows per arm."""
+RULE_LOOKS = [3, 5, 7, 9]  # min_windows 3, step 2 (the vlab's), max_windows 9 (QUICK)
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +166,8 @@ def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayou
     assert noop_rec.screening and noop_rec.screening.looks[-1].verdict == "same"
     looks = [(j.n_a, j.verdict) for j in noop_rec.screening.looks]
     print(f"no-op looks: {looks}")
-    assert all(v == "unknown" for _, v in looks[:-1])  # the rule added windows until it decided
+    assert all(v == "unknown" for _, v in looks[:-1])  # windows were added only while undecided
+    assert [n for n, _ in looks] == RULE_LOOKS[:len(looks)]  # at the planned looks, no others
     bulk_rec = store.load("exp", bulk["experiment_id"], Experiment)
     assert {g.name for g in bulk_rec.gates} >= {"offered_load_parity", "declared_parity",
                                                 "cpu_monotonic", "unknown_frames"}
