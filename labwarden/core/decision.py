@@ -105,15 +105,19 @@ class Judgement(BaseModel):
     margin_pct: float = Field(description="the equivalence band: +-margin_pct is 'same'")
     decided: bool = Field(description="the verdict is final (not unknown), or the cap is reached")
 
+    def rests_on_equivalence(self) -> bool:
+        """A 'same' verdict rests on the equivalence interval; every other on the CI."""
+        return self.verdict == "same" and self.same_ci_pct is not None
+
     def deciding_interval(self) -> tuple[float, float] | None:
         """The interval the verdict rests on: the equivalence interval for 'same', else the CI."""
-        return self.same_ci_pct if self.verdict == "same" and self.same_ci_pct else self.ci_pct
+        return self.same_ci_pct if self.rests_on_equivalence() else self.ci_pct
 
     def interval_text(self) -> str:
         iv = self.deciding_interval()
         if iv is None:
             return "CI n/a"
-        name = "equivalence" if self.verdict == "same" and self.same_ci_pct else "CI"
+        name = "equivalence" if self.rests_on_equivalence() else "CI"
         return f"{name} [{iv[0]:+.1f}, {iv[1]:+.1f}]%"
 
     def describe(self) -> str:

@@ -5,12 +5,11 @@ packet rate per saturation search."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # headless: a report is rendered where no display exists
-from typing import Any
-
 import matplotlib.pyplot as plt
 
 from labwarden.report.data import Stage
