@@ -1,36 +1,60 @@
 """`labwarden ...`: the typer app. Each command lives in the module named after it (one module per
-command group); this file only puts them together."""
+command group); this file only puts them together -- lazily (cli/lazy.py): a command's module is
+imported when it runs, so `labwarden version` or `--help` pays for no lab, model or MCP code."""
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import typer
 
 from labwarden import __version__
-from labwarden.cli import agent, call, doctor, lab, qlab, report, run, serve, transcripts, vlab
-from labwarden.cli.common import out
+from labwarden.cli.lazy import Lazy, LazyGroup
 
-app = typer.Typer(help="labwarden: run a performance lab through guarded, audited tools.",
-                  no_args_is_help=True)
+
+class Root(LazyGroup):
+    """The commands, in the order --help lists them."""
+
+    lazy: ClassVar[dict[str, Lazy]] = {
+        "serve": Lazy("labwarden.cli.serve:serve", "Serve every lab tool, resource and prompt over "
+                      "MCP; every call is guarded and logged."),
+        "run": Lazy("labwarden.cli.run:run_cmd", "Run a playbook: a deterministic sequence of tool "
+                    "calls (no model) through the same guard and transcript as any agent."),
+        "chat": Lazy("labwarden.cli.agent:chat", "Talk to a Claude model that has the lab's tools "
+                     "(ANTHROPIC_API_KEY; every call logged and priced)."),
+        "loop": Lazy("labwarden.cli.agent:loop", "Run the unattended patch-measure loop to a goal, "
+                     "within a budget and a deadline."),
+        "version": Lazy("labwarden.cli.app:version", "Print labwarden's version."),
+        "doctor": Lazy("labwarden.cli.doctor:doctor", "Check perf, perf_event_paranoid, "
+                       "tracefs/uprobes, inferno, cargo, gcc; name each remedy."),
+        "demo": Lazy("labwarden.cli.run:demo", "Tell seed 000's story on a lab brought up and "
+                     "down around it: the vlab (default) or the qlab."),
+        "report": Lazy("labwarden.cli.report:report", "Write a session's report as one "
+                       "self-contained HTML file and print its path."),
+        "vlab": Lazy("labwarden.cli.vlab:app", "The virtual lab: a DUT of real processes, perf and "
+                     "SSH on loopback."),
+        "qlab": Lazy("labwarden.cli.qlab:app", "The qlab: a real-kernel DUT under QEMU (labgrid), "
+                     "mac80211_hwsim radios, hostapd APs, wpa_supplicant clients."),
+        "call": Lazy("labwarden.cli.call:app", "Call one lab tool with JSON arguments (see "
+                     "`labwarden call TOOL --help`)."),
+        "lab": Lazy("labwarden.cli.lab:app", "Lab administration by a person (board health)."),
+        "transcripts": Lazy("labwarden.cli.transcripts:app", "Transcripts: every session's tool "
+                            "calls, guard decisions, model calls and costs, hash-chained."),
+    }
+
+
+app = typer.Typer(cls=Root, no_args_is_help=True)
+
+
+@app.callback()
+def main() -> None:
+    """labwarden: run a performance lab through guarded, audited tools."""
 
 
 def version() -> None:
     """Print labwarden's version."""
-    out.print(__version__)
+    print(__version__)
 
-
-app.command("serve")(serve.serve)
-app.command("run")(run.run_cmd)
-app.command("chat")(agent.chat)
-app.command("loop")(agent.loop)
-app.command("version")(version)
-app.command("doctor")(doctor.doctor)
-app.command("demo")(run.demo)
-app.command("report")(report.report)
-app.add_typer(vlab.app, name="vlab")
-app.add_typer(qlab.app, name="qlab")
-app.add_typer(call.app, name="call")
-app.add_typer(lab.app, name="lab")
-app.add_typer(transcripts.app, name="transcripts")
 
 if __name__ == "__main__":
     app()

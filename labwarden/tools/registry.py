@@ -1,59 +1,85 @@
 """Every tool, by name. The three doors (Python, CLI, MCP) and the guard read this mapping when
-a call arrives, so a tool is one new module plus one line in `_SPECS`; `register` adds one at
-run time (a plugin, a test's throwaway tool)."""
+a call arrives, so a tool is one new module plus one line in `_MODULES`; `register` adds one at
+run time (a plugin, a test's throwaway tool).
+
+The mapping is lazy: a tool's module (and what it imports: scipy for compare, matplotlib for
+report, the agent's summary for experiment) is imported the first time its spec is asked for.
+`labwarden call lab_status` loads one tool, not twenty-one; iterating over the values loads all.
+"""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, MutableMapping
+
 from labwarden.core.spec import ToolSpec
-from labwarden.tools import (
-    associate,
-    attribute,
-    bisect,
-    build,
-    compare,
-    env_pin,
-    experiment,
-    fingerprint,
-    flash,
-    gate_check,
-    lab_status,
-    patch_submit,
-    profile,
-    report,
-    router_rules,
-    saturate,
-    source_read,
-    source_search,
-    sweep,
-    symbolize,
-    traffic_sweep,
-)
 
-_SPECS = [
-    lab_status.SPEC,
-    env_pin.SPEC,
-    build.SPEC,
-    flash.SPEC,
-    fingerprint.SPEC,
-    associate.SPEC,
-    profile.SPEC,
-    sweep.SPEC,
-    traffic_sweep.SPEC,
-    saturate.SPEC,
-    router_rules.SPEC,
-    compare.SPEC,
-    gate_check.SPEC,
-    attribute.SPEC,
-    symbolize.SPEC,
-    report.SPEC,
-    source_search.SPEC,
-    source_read.SPEC,
-    patch_submit.SPEC,
-    experiment.SPEC,
-    bisect.SPEC,
-]
+_MODULES = {
+    "lab_status": "lab_status",
+    "env_pin": "env_pin",
+    "build": "build",
+    "flash": "flash",
+    "fingerprint_verify": "fingerprint",
+    "associate": "associate",
+    "profile": "profile",
+    "sweep": "sweep",
+    "traffic_sweep": "traffic_sweep",
+    "saturate": "saturate",
+    "router_rules": "router_rules",
+    "compare": "compare",
+    "gate_check": "gate_check",
+    "attribute": "attribute",
+    "symbolize": "symbolize",
+    "report": "report",
+    "source_search": "source_search",
+    "source_read": "source_read",
+    "patch_submit": "patch_submit",
+    "experiment": "experiment",
+    "bisect": "bisect",
+}
+"""Tool name -> its module under labwarden/tools (which defines `SPEC`), in the order the doors
+list them."""
 
-TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in _SPECS}
+
+class _Registry(MutableMapping[str, ToolSpec]):
+    """name -> ToolSpec; the names are known without importing any tool."""
+
+    def __init__(self) -> None:
+        self._order: list[str] = list(_MODULES)
+        self._specs: dict[str, ToolSpec] = {}
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        spec = self._specs.get(name)
+        if spec is None:
+            if name not in self._order or name not in _MODULES:
+                raise KeyError(name)
+            spec = importlib.import_module(f"labwarden.tools.{_MODULES[name]}").SPEC
+            assert spec.name == name, f"labwarden.tools.{_MODULES[name]} defines {spec.name!r}"
+            self._specs[name] = spec
+        return spec
+
+    def __setitem__(self, name: str, spec: ToolSpec) -> None:
+        if name not in self._order:
+            self._order.append(name)
+        self._specs[name] = spec
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self._order:
+            raise KeyError(name)
+        self._order.remove(name)
+        self._specs.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._order
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._order))
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+
+TOOLS: MutableMapping[str, ToolSpec] = _Registry()
 
 
 def get(name: str) -> ToolSpec:

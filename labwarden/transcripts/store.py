@@ -22,13 +22,13 @@ import json
 import os
 import secrets
 import sqlite3
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
 from pydantic import BaseModel, ConfigDict, Field
 
 from labwarden.core.errors import LabError
@@ -46,6 +46,25 @@ from labwarden.core.paths import within
 from labwarden.core.provenance import labwarden_provenance
 from labwarden.transcripts.chain import GENESIS, body_json, link_hash
 from labwarden.transcripts.pricing import tokens_by_kind
+
+
+def _sqlite_utils():  # type: ignore[no-untyped-def]
+    """sqlite-utils, imported without numpy and pandas: it imports them when installed only to
+    map their scalar types to columns, and the transcript stores none (JSON text, ints, floats).
+    numpy alone is ~0.1 s of every CLI command (bench/startup.py). A process that imported numpy
+    already keeps it; one that imports it later gets it as usual."""
+    hidden = [m for m in ("numpy", "pandas") if m not in sys.modules]
+    for m in hidden:
+        sys.modules[m] = None  # type: ignore[assignment]  # import of a None entry: ImportError
+    try:
+        import sqlite_utils
+    finally:
+        for m in hidden:
+            del sys.modules[m]
+    return sqlite_utils
+
+
+sqlite_utils = _sqlite_utils()
 
 
 class TranscriptError(LabError):
