@@ -121,7 +121,9 @@ def test_chat_drives_tools_and_prices_every_call(lab: Path) -> None:
     assert first["stream"] is True and first["model"] == "claude-sonnet-4-6"
     assert first["system"][0]["cache_control"] == {"type": "ephemeral"}
     assert "Work like the engineers of seed 000" in first["system"][0]["text"]
-    assert [t["name"] for t in first["tools"]] == list(registry.TOOLS)
+    listed = [spec.name for spec in registry.listed(LabProfile.from_file(lab))]
+    assert [t["name"] for t in first["tools"]] == listed  # the vlab's: no traffic tools
+    assert "associate" in listed and "saturate" not in listed
     assert first["tools"][-1]["cache_control"] == {"type": "ephemeral"}
     assert first["tools"][0]["input_schema"]["type"] == "object"
     assert last_result(api.requests[1])["target_process"] == "stad"

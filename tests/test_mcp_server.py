@@ -45,8 +45,11 @@ def _err(result) -> dict:  # type: ignore[no-untyped-def,type-arg]
 async def test_tools_have_schemas_and_honest_annotations(lab: VlabLayout) -> None:
     async with Client(_server(lab)) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == set(registry.TOOLS)
-    for name, spec in registry.TOOLS.items():
+    listed = registry.listed(LabProfile.from_file(lab.lab_toml))
+    assert set(tools) == {spec.name for spec in listed}
+    assert "associate" in tools and "traffic_sweep" not in tools  # the vlab: clients, no traffic
+    for spec in listed:
+        name = spec.name
         t = tools[name]
         assert t.description and t.output_schema and t.input_schema["type"] == "object"
         assert set(t.input_schema.get("properties", {})) == set(spec.input.model_fields)
@@ -59,6 +62,25 @@ async def test_tools_have_schemas_and_honest_annotations(lab: VlabLayout) -> Non
     assert tools["associate"].input_schema["properties"]["stations"]["anyOf"][0]["maximum"] == 4096
     lab_status_out = tools["lab_status"].output_schema
     assert "running_version" in json.dumps(lab_status_out) and "x-untrusted" in json.dumps(lab_status_out)
+    assert "target_pid" not in json.dumps(lab_status_out), "only fields carrying device text"
+    assert '"title"' not in json.dumps(tools["sweep"].input_schema)
+
+
+async def test_a_tool_the_lab_cannot_run_is_refused_with_its_reason(lab: VlabLayout) -> None:
+    """The vlab has no traffic load: `saturate` is not listed, and a client that calls it anyway
+    (a stale list, a guess) gets `not_applicable` naming the profile key -- logged like any call."""
+    async with Client(_server(lab)) as client:
+        res = await client.call_tool("saturate", {"length": 1200})
+        schema = await client.read_resource("labwarden://schemas/saturate")
+    err = _err(res)
+    assert res.is_error and err["code"] == "not_applicable", err
+    assert "[load] kind" in err["reason"] and "iperf3" in err["reason"], err
+    full = json.loads(schema.contents[0].text)  # type: ignore[union-attr]
+    assert set(full) == {"input", "output"} and "loss_max_pct" in json.dumps(full["input"])
+    with TranscriptStore(lab.data_dir / "transcripts.db") as store:
+        sid = store.sessions()[-1].id
+        calls = [e.event for e in store.events(sid) if e.event.kind == "tool_called"]
+    assert calls[-1].call.tool == "saturate" and not calls[-1].call.ok
 
 
 async def test_call_lab_status_and_refusal_is_error_with_code(lab: VlabLayout) -> None:

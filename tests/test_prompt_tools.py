@@ -16,8 +16,12 @@ from typing import Any
 
 import pytest
 
-from labwarden.prompts import prompt_dir
+from labwarden.prompts import all_prompts, prompt_dir
+from labwarden.prompts import named as named_prompt
+from labwarden.server.app import build_server
 from labwarden.tools import registry
+
+from . import labkinds
 
 PACKAGE = Path(__file__).resolve().parent.parent / "labwarden"
 MESSAGE_DIRS = ["guardrails", "lab/knobs", "runtime", "agent", "tools"]
@@ -104,3 +108,39 @@ def test_the_unsafe_path_remedy_points_at_patch_submit() -> None:
     """The issue's example: the guard's unsafe_path remedy names patch_submit, which exists now."""
     ticked = [m for m in _messages(PACKAGE / "guardrails" / "guard.py") if "`patch_submit`" in m]
     assert ticked and "patch_submit" in registry.TOOLS
+
+
+# ---- per lab: the tools a lab lists, and the prompts it serves name only those -----------------
+
+EXPECTED_UNLISTED = {
+    "vlab": {"traffic_sweep", "saturate", "router_rules"},
+    "qlab": {"traffic_sweep", "saturate", "router_rules"},
+    "qlab-traffic": set(),
+    "logfilt": {"associate", "traffic_sweep", "saturate", "router_rules", "bisect"},
+}
+"""What each shipped lab kind lacks: logfilt holds no clients and its repo has one commit."""
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", labkinds.KINDS)
+async def test_each_lab_kinds_tool_list_and_prompts_agree(kind: str, tmp_path: Path) -> None:
+    """The lab's own profile (written as its lab writes it) through the MCP server's own
+    tools/list and prompts/get: the list is what the lab can run, and every tool a prompt names
+    is on it."""
+    profile = labkinds.profile(kind, tmp_path / kind)
+    server = build_server(profile)
+    listed = {t.name for t in await server.list_tools()}
+    assert set(registry.TOOLS) - listed == EXPECTED_UNLISTED[kind]
+    for pf in all_prompts():
+        got = await server.get_prompt(pf.name, {})
+        text = "\n".join(m.content.text for m in got.messages)  # type: ignore[union-attr]
+        named = {t for t in _TICKED.findall(text) if t in registry.TOOLS}
+        assert named <= listed, f"{kind}: {pf.name} names tools the lab does not list: {named - listed}"
+        assert "{{" not in text and "{%" not in text, f"{kind}: {pf.name} left template syntax"
+
+
+def test_a_prompt_drops_what_its_lab_lacks() -> None:
+    """The check above could fail: the loop prompt names bisect only where it is listed."""
+    loop = named_prompt("overnight-loop")
+    assert "`bisect`" in loop.render(set(registry.TOOLS))
+    assert "`bisect`" not in loop.render(set(registry.TOOLS) - {"bisect"})

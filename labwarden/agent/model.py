@@ -20,6 +20,7 @@ import anthropic
 import httpx2
 
 from labwarden.core.errors import LabError
+from labwarden.lab.config import LabProfile
 from labwarden.runtime.session import LabSession
 from labwarden.tools import registry
 from labwarden.transcripts import pricing
@@ -91,11 +92,12 @@ def check_priced(model: str) -> None:
     pricing.table().lookup(model)
 
 
-def tool_params() -> list[dict[str, Any]]:
-    """The registry's tools as the Messages API `tools` param; the last one carries the cache mark."""
+def tool_params(profile: LabProfile) -> list[dict[str, Any]]:
+    """The tools this lab can run (lab/features.py) as the Messages API `tools` param; the last
+    one carries the cache mark."""
     tools: list[dict[str, Any]] = [
-        {"name": name, "description": spec.description, "input_schema": spec.input.model_json_schema()}
-        for name, spec in registry.TOOLS.items()]
+        {"name": spec.name, "description": spec.description, "input_schema": spec.input_schema()}
+        for spec in registry.listed(profile)]
     if tools:
         tools[-1]["cache_control"] = CACHED
     return tools
@@ -164,7 +166,7 @@ class Model:
         """One streamed model call; returns the SDK's final Message."""
         assert self.client is not None
         params: dict[str, Any] = {"model": self.options.model, "max_tokens": self.options.max_tokens,
-                                  "system": system_param(system), "tools": tool_params(),
+                                  "system": system_param(system), "tools": tool_params(ctx.profile),
                                   "messages": with_cache_mark(messages)}
         delay = self.options.backoff_s
         attempt = 0

@@ -39,6 +39,7 @@ from labwarden.core.usage import Usage
 from labwarden.lab.config import LabProfile
 from labwarden.prompts import load, prompt_dir
 from labwarden.runtime.session import open_lab
+from labwarden.tools import registry
 from labwarden.tools.context import ProgressFn
 from labwarden.transcripts import pricing
 from labwarden.transcripts.store import TranscriptError, TranscriptStore
@@ -64,8 +65,10 @@ def parse_until(text: str, now: datetime | None = None) -> datetime:
     return t if t > now else t + timedelta(days=1)
 
 
-def system_prompt(goal: str) -> str:
-    return load(prompt_dir() / "overnight-loop.md").render(goal=goal)
+def system_prompt(goal: str, profile: LabProfile) -> str:
+    """The overnight-loop prompt for this lab (it names only the tools the lab lists)."""
+    tools = [spec.name for spec in registry.listed(profile)]
+    return load(prompt_dir() / "overnight-loop.md").render(tools, goal=goal)
 
 
 def default_goal() -> str:
@@ -188,7 +191,7 @@ async def run_loop(profile: LabProfile, model: Model, *, goal: str | None, limit
                 messages = [{"role": "user", "content": kickoff(goal, limits)}]
             if model.options.retry_until is None:
                 model.options.retry_until = limits.until or datetime.now().astimezone() + PATIENCE
-            agent = Agent(ctx, model, system_prompt(goal), hooks=hooks, messages=messages)
+            agent = Agent(ctx, model, system_prompt(goal, ctx.profile), hooks=hooks, messages=messages)
             agent.note(CONFIG, config)
             agent.note_state()  # the start is resumable too
             if on_start is not None:

@@ -26,6 +26,7 @@ from labwarden.core.errors import LabError
 from labwarden.lab.config import LabProfile
 from labwarden.prompts import load, prompt_dir
 from labwarden.runtime.session import open_lab
+from labwarden.tools import registry
 from labwarden.tools.context import ProgressFn
 from labwarden.transcripts.pricing import UnknownModel
 
@@ -102,8 +103,9 @@ def progress_printer(console: Console) -> ProgressFn:
 
 # ---- chat ----------------------------------------------------------------------------------
 
-def chat_prompt(question: str | None) -> str:
-    return load(prompt_dir() / "hunt-a-hotspot.md").render(question=question)
+def chat_prompt(question: str | None, profile: LabProfile) -> str:
+    return load(prompt_dir() / "hunt-a-hotspot.md").render([s.name for s in registry.listed(profile)],
+                                                         question=question)
 
 
 async def _lines(given: list[str], read: Callable[[str], str]) -> AsyncIterator[str]:
@@ -129,7 +131,8 @@ async def run_chat(profile: LabProfile, model: Model, *, limits: Limits, questio
     outcome = None
     try:
         async with open_lab(profile, progress=progress_printer(out), client="chat") as ctx:
-            agent = Agent(ctx, model, chat_prompt(question), hooks=printing_hooks(out, model.totals))
+            agent = Agent(ctx, model, chat_prompt(question, profile),
+                          hooks=printing_hooks(out, model.totals))
             agent.note(CONFIG, {"mode": "chat", "model": model.options.model, "question": question,
                                 "budget_usd": limits.budget_usd})
             out.print(f"[dim]labwarden chat: session {ctx.session_id}, model {model.options.model}; "

@@ -40,6 +40,7 @@ RefusalCode = Literal[
     "topology_drifted",       # VAPs/channels/process manager drifted and healing is off
     "budget_exceeded",        # tokens, dollars, wall time, tool calls or flashes per hour
     "tool_unknown",           # no such tool: nothing covers it, so it is refused
+    "not_applicable",         # the tool exists but this lab lacks what it needs (lab/features.py)
 ]
 """The guard's closed set of refusal codes."""
 

@@ -18,6 +18,13 @@ Effect = Literal["read_only", "mutates_dut", "destructive", "host_only"]
 """read_only: reads the DUT; mutates_dut: changes DUT state reversibly (stations, signals);
 destructive: replaces what runs (flash); host_only: builds or reads files on the host."""
 
+LabFeature = Literal["clients", "traffic", "router_config", "suspects", "repo_history"]
+"""What a lab may lack that a tool needs at all (lab/features.py reads each from the profile):
+clients -- a load that holds clients ([load] kind other than "none"); traffic -- a traffic load
+([load] kind = "iperf3"); router_config -- a DUT rule set to change ([load] router_config);
+suspects -- processes that may be paused ([target] suspects); repo_history -- a firmware repo
+with more than one commit (a range to bisect)."""
+
 HealthRole = Literal["none", "observe", "restore", "prove"]
 """What a tool is to the board-health state machine (good -> unknown -> bad):
 none: refused unless the board is good; observe: runs whatever the health (lab_status);
@@ -127,9 +134,28 @@ class ToolSpec:
     board)."""
     counts_as_flash: bool = False
     """Counted against `flashes_per_hour` when it succeeds."""
+    needs: frozenset[LabFeature] = field(default_factory=frozenset)
+    """What the lab must have for the tool to apply at all: a lab without it does not list the
+    tool (MCP, the agent), and a call is refused `not_applicable` with the reason."""
 
     def schema(self) -> dict[str, Any]:
         return {"input": self.input.model_json_schema(), "output": self.output.model_json_schema()}
+
+    def input_schema(self) -> dict[str, Any]:
+        """The input schema a model is shown (MCP's tools/list, the agent's `tools`): the
+        model's own, without pydantic's generated titles (a property's repeats its name)."""
+        return untitled(self.input.model_json_schema())
+
+
+def untitled(node: Any) -> Any:
+    """A JSON schema without its generated `title`s."""
+    if isinstance(node, dict):
+        return {k: untitled(v) if k not in ("properties", "$defs") else
+                {name: untitled(sub) for name, sub in v.items()}
+                for k, v in node.items() if not (k == "title" and isinstance(v, str))}
+    if isinstance(node, list):
+        return [untitled(x) for x in node]
+    return node
 
 
 def describe(doc: str | None) -> str:

@@ -24,6 +24,7 @@ from labwarden.core.spec import ToolSpec
 from labwarden.guardrails import budget as budgets
 from labwarden.guardrails.guard import Admission, Guard
 from labwarden.guardrails.refusal import Refused
+from labwarden.lab import features
 from labwarden.runtime import door
 from labwarden.runtime.leasekeeper import lease_renewal
 from labwarden.runtime.session import LabSession
@@ -111,6 +112,13 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
             tool=shown, decision="refuse", code="tool_unknown",
             reason=f"unknown tool {shown!r}; tools: {', '.join(sorted(registry.TOOLS))}",
             remedy="call one of the listed tools"))
+    why = features.not_applicable(spec, ctx.profile) if spec.needs else None
+    if why is not None:
+        return _refused(ctx, unrun(args), GuardDecision(
+            tool=name, decision="refuse", code="not_applicable",
+            reason=f"{name} does not apply to this lab: {why}",
+            remedy="use the tools this lab lists (`lab_status` says what the lab is); a tool "
+            "appears once the lab profile gives what it needs"))
     try:
         inp = spec.input.model_validate(args)
     except ValidationError as exc:

@@ -13,10 +13,11 @@ from typing import Any
 import anyio.to_thread
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import InputRequiredResult, Resource
+from mcp.types import InputRequiredResult, Resource, Tool
 from pydantic import AnyUrl
 
-from labwarden.server import browse, door, stdio, tools
+from labwarden.server import browse, door, schemas, stdio, tools
+from labwarden.tools import registry
 
 
 class LabServer(MCPServer[Any]):
@@ -29,6 +30,7 @@ class LabServer(MCPServer[Any]):
         self.data_dir = data_dir
         self.hub: Any = None
         """The lab (runtime.session.LabHub) while the server runs: set by its lifespan."""
+        self._published: list[Tool] | None = None
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[Any, Any] | None = None) -> Any:
@@ -39,6 +41,15 @@ class LabServer(MCPServer[Any]):
         if context is None:
             return await super().call_tool(name, arguments, context)
         return await tools.call(context, name, arguments)
+
+    async def list_tools(self) -> list[Tool]:
+        """The registered tools as server/schemas.py publishes them (built once: they do not
+        change while the server runs)."""
+        if self._published is None:
+            self._published = [schemas.tool(registry.TOOLS[info.name])
+                               for info in self._tool_manager.list_tools()
+                               if info.name in registry.TOOLS]
+        return self._published
 
     async def list_resources(self) -> list[Resource]:
         """The registered resources, then the lab's concrete ones (browse.py); read from disk

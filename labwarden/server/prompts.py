@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -10,11 +11,12 @@ from mcp.server.mcpserver.prompts.base import Prompt, PromptArgument, UserMessag
 from labwarden.prompts import PromptFile, all_prompts
 
 
-def register(server: MCPServer[Any]) -> None:
+def register(server: MCPServer[Any], tools: Collection[str]) -> None:
+    """Every prompt, rendered for a lab whose listed tools are `tools`."""
     for pf in all_prompts():
         def make(pf: PromptFile):  # type: ignore[no-untyped-def]
             async def fn(**kwargs: str) -> list[UserMessage]:
-                return [UserMessage(pf.render(**kwargs))]
+                return [UserMessage(pf.render(tools, **kwargs))]
             return fn
         server.add_prompt(Prompt(
             name=pf.name, description=pf.description,

@@ -83,4 +83,5 @@ async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
 
 SPEC = ToolSpec(name="associate", description=describe(__doc__),
                 input=AssociateInput, output=AssociateOutput, run=run, effect="mutates_dut",
-                requires=frozenset({"lease"}), idempotent=True)
+                requires=frozenset({"lease"}), idempotent=True,
+                needs=frozenset({"clients"}))

@@ -270,4 +270,5 @@ async def _attribute(ctx: LabContext, inp: AttributeInput, jobs: DutJobs, inst: 
 SPEC = ToolSpec(name="attribute", description=describe(__doc__),
                 input=AttributeInput, output=AttributeOutput, run=run, effect="mutates_dut",
                 requires=frozenset({"lease", "board_healthy", "fingerprint_verified", "env_pinned"}),
-                budget_class="measure", measures=True, suspect_arg="suspect")
+                budget_class="measure", measures=True, suspect_arg="suspect",
+                needs=frozenset({"suspects"}))

@@ -13,6 +13,8 @@ import importlib
 from collections.abc import Iterator, MutableMapping
 
 from labwarden.core.spec import ToolSpec
+from labwarden.lab import features
+from labwarden.lab.config import LabProfile
 
 _MODULES = {
     "lab_status": "lab_status",
@@ -80,6 +82,12 @@ class _Registry(MutableMapping[str, ToolSpec]):
 
 
 TOOLS: MutableMapping[str, ToolSpec] = _Registry()
+
+
+def listed(profile: LabProfile) -> list[ToolSpec]:
+    """The tools this lab can run (lab/features.py), in the registry's order: what a model is
+    shown (MCP's tools/list, the agent's `tools`) and what its prompts may name."""
+    return features.applicable(TOOLS.values(), profile)
 
 
 def get(name: str) -> ToolSpec:

@@ -71,4 +71,5 @@ async def run(ctx: LabContext, inp: RouterRulesInput) -> RouterRulesOutput:
 
 SPEC = ToolSpec(name="router_rules", description=describe(__doc__), input=RouterRulesInput,
                 output=RouterRulesOutput, run=run, effect="mutates_dut",
-                requires=frozenset({"lease"}), idempotent=True)
+                requires=frozenset({"lease"}), idempotent=True,
+                needs=frozenset({"router_config"}))

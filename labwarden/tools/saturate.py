@@ -274,4 +274,5 @@ def _versus(base: SaturateRecord, out: SaturateOutput) -> VsBaseline:
 SPEC = ToolSpec(name="saturate", description=describe(__doc__), input=SaturateInput,
                 output=SaturateOutput, run=run, effect="mutates_dut",
                 requires=frozenset({"lease", "board_healthy", "fingerprint_verified"}),
-                budget_class="measure", measures=True)
+                budget_class="measure", measures=True,
+                needs=frozenset({"traffic"}))

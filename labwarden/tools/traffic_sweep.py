@@ -152,4 +152,5 @@ async def run(ctx: LabContext, inp: TrafficSweepInput) -> TrafficSweepOutput:
 SPEC = ToolSpec(name="traffic_sweep", description=describe(__doc__), input=TrafficSweepInput,
                 output=TrafficSweepOutput, run=run, effect="mutates_dut",
                 requires=frozenset({"lease", "board_healthy", "fingerprint_verified"}),
-                budget_class="measure", measures=True)
+                budget_class="measure", measures=True,
+                needs=frozenset({"traffic"}))
