@@ -44,6 +44,19 @@ def test_lab_status_json_record(vlab: VlabLayout) -> None:
     assert record["result"]["target_process"] == "stad"
 
 
+def test_a_tool_the_lab_cannot_run_is_refused_at_the_cli_door(vlab: VlabLayout) -> None:
+    """The vlab has no traffic load: `traffic_sweep` is refused not_applicable (exit 1) with the
+    profile key, and the refusal is in the transcript like any call."""
+    res = _call(vlab.lab_toml, "traffic_sweep", '{"bitrates_mbps": [5]}')
+    assert res.exit_code == 1, res.output
+    assert "refused" in res.output and "does not apply to this lab" in res.output, res.output
+    assert "iperf3" in res.output and "remedy" in res.output
+    with TranscriptStore(vlab.data_dir / "transcripts.db") as store:
+        events = [e.event for e in store.events(store.sessions()[-1].id)]
+    refusals = [e for e in events if e.kind == "guard_decision" and e.code == "not_applicable"]
+    assert refusals and refusals[-1].tool == "traffic_sweep"
+
+
 def test_help_shows_the_schema() -> None:
     res = runner.invoke(app, ["call", "associate", "--help"])
     assert res.exit_code == 0
