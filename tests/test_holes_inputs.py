@@ -11,6 +11,7 @@ import pytest
 from pydantic import Field
 
 from labwarden.core.spec import ToolInput, unbounded
+from labwarden.lab import features
 from labwarden.lab.config import LabProfile
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
@@ -82,12 +83,16 @@ async def test_bad_inputs_are_refused_before_any_side_effect(lab: VlabLayout) ->
     tuning.set_governor(lab, "schedutil")  # a heal would pin it back: it must not happen
     try:
         before = dut_snapshot(lab)
-        async with open_lab(LabProfile.from_file(lab.lab_toml), client="test") as ctx:
+        profile = LabProfile.from_file(lab.lab_toml)
+        async with open_lab(profile, client="test") as ctx:
             for tool, args in cases:
                 rec = await call_tool(ctx, tool, args)
                 assert not rec.ok and rec.error is not None, (tool, args)
-                assert rec.error.code == "invalid_input" and rec.error.kind == "invalid_input", \
-                    (tool, args, rec.error)
+                # a tool this lab cannot run (the vlab's traffic tools) is refused as such first
+                code = "not_applicable" if features.not_applicable(registry.TOOLS[tool], profile) \
+                    else "invalid_input"
+                assert rec.error.code == code, (tool, args, rec.error)
+                assert rec.error.kind == ("refused" if code == "not_applicable" else code)
                 assert rec.error.remedy
             assert ctx.transcript is not None and ctx.session_id is not None
             events = [e.event for e in ctx.transcript.events(ctx.session_id)]
