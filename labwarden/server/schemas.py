@@ -93,7 +93,7 @@ def description(spec: ToolSpec) -> str:
     return spec.description + (f"\n\nGuard requires: {needs}." if needs else "")
 
 
-def annotations(spec: ToolSpec) -> ToolAnnotations:
+def tool_annotations(spec: ToolSpec) -> ToolAnnotations:
     return ToolAnnotations(
         read_only_hint=spec.effect in ("read_only", "host_only"),
         destructive_hint=spec.effect == "destructive",
@@ -103,7 +103,7 @@ def annotations(spec: ToolSpec) -> ToolAnnotations:
 
 def tool(spec: ToolSpec) -> Tool:
     return Tool(name=spec.name, description=description(spec), input_schema=spec.input_schema(),
-                output_schema=output_schema(spec), annotations=annotations(spec))
+                output_schema=output_schema(spec), annotations=tool_annotations(spec))
 
 
 def register(server: MCPServer[Any]) -> None:

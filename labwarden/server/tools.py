@@ -97,4 +97,4 @@ def register(server: MCPServer[Any], specs: Iterable[ToolSpec]) -> None:
     is server/schemas.py's."""
     for spec in specs:
         server.add_tool(_handler(spec), name=spec.name, description=schemas.description(spec),
-                        annotations=schemas.annotations(spec), structured_output=True)
+                        annotations=schemas.tool_annotations(spec), structured_output=True)
