@@ -180,6 +180,30 @@ async def test_build_and_flash_a_patched_image_through_the_labgrid_strategy(qlab
 
 
 @pytest.mark.anyio
+async def test_associate_heals_the_flashs_drift_and_moves_stations_held_on_it(qlab: Qlab) -> None:
+    """The flash above rebooted the guest: its drift turned the scaling VAPs off and every
+    channel to 'auto' (radio2: 11 -> 1). 114 stations held on that drifted topology (by lw-sta
+    itself, as `associate` did before it asserted the topology: 38 on each of three VAPs) must
+    follow when `associate 114` heals it -- including the 19 whose VAP only changed channel
+    (their network blocks pinned the old frequency) -- evenly, checked on both sides."""
+    st = await asyncio.to_thread(qlab.sh, "wifi status")
+    assert re.findall(r"^(vap\d) .* DISABLED", st.stdout, re.M) == ["vap3", "vap4", "vap5"]
+    drifted = await asyncio.to_thread(stations.associate, qlab.endpoint, 114)
+    assert drifted.per_vap == dict.fromkeys(VAPS[:3], 38)
+    held = await _ok(qlab, "associate", {"stations": 114})
+    assert "wireless.vap3.disabled 1 -> 0" in held["healed"], held["healed"]
+    assert "wireless.radio2.channel auto -> 11" in held["healed"], held["healed"]
+    assert held["per_radio"] == [19] * 6 and held["even_split"] and held["datamodel_count"] == 114
+    # the AP side, from the kernel: each AP lists exactly its round-robin share
+    aps = await asyncio.to_thread(_ap_macs, qlab)
+    for k, vap in enumerate(VAPS):
+        assert aps[vap] == {_mac(i) for i in range(1, 115) if (i - 1) % 6 == k}
+    # the client side: every station COMPLETED on its own VAP's BSSID (lw-sta verify)
+    assert (await asyncio.to_thread(stations.verify, qlab.endpoint)).per_vap == dict.fromkeys(VAPS, 19)
+    assert await asyncio.to_thread(_datamodel, qlab) == {"total": 114, **dict.fromkeys(VAPS, 19)}
+
+
+@pytest.mark.anyio
 async def test_power_cycle_through_the_strategy_and_a_refused_image(qlab: Qlab, tmp_path: Path) -> None:
     """A power cycle is labwarden's strategy moved to shell with no image (qlabd: off, then
     shell): a new QEMU, a new boot, the same firmware. A corrupt image is refused by qlabd before

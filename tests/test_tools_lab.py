@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from labwarden.lab.config import LabProfile
 from labwarden.vlab import control, tuning
 from labwarden.vlab.layout import VlabLayout
 
@@ -144,13 +145,28 @@ async def test_associate_even_split_and_cleanup(lab: VlabLayout) -> None:
     assert res["datamodel_count"] == 0 and res["per_radio"] == [0] * 6
 
 
-async def test_drifted_topology_is_reported_not_hidden(lab: VlabLayout) -> None:
+async def test_associate_asserts_the_topology_before_holding(lab: VlabLayout) -> None:
+    """A reboot drifted the topology (scaling VAPs off, channels unpinned). Where [policy] heal
+    does not allow healing it, associate refuses and holds nothing; where it does, associate
+    heals it first. Either way no client is split over a drifted set of radios."""
     control.reboot(lab.root)
-    res = await ok(lab, "associate", {"stations": 18})
-    assert res["datamodel_count"] == 18 and not res["even_split"]
+    prof = LabProfile.from_file(lab.lab_toml)
+    strict = prof.model_copy(update={"policy": prof.policy.model_copy(
+        update={"heal": [h for h in prof.policy.heal if h != "topology"]})})
+    rec = await call(lab, "associate", {"stations": 18}, profile=strict)
+    assert rec.error is not None and rec.error.kind == "refused", rec.error
+    assert rec.error.code == "topology_drifted" and "VAPs disabled" in rec.error.message
     st = await ok(lab, "lab_status")
     assert any(p.startswith("topology:") for p in st["problems"])
-    assert any(p.startswith("governor:") for p in st["problems"])
+    assert (st["associated"] or {}).get("total") == 0
+    # releasing never needs the topology: nothing to split
+    assert (await call(lab, "associate", {"stations": 0}, profile=strict)).ok
+    res = await ok(lab, "associate", {"stations": 18})
+    assert res["datamodel_count"] == 18 and res["per_radio"] == [3] * 6 and res["even_split"]
+    assert any(c.endswith(".disabled 1 -> 0") for c in res["healed"]), res["healed"]
+    st = await ok(lab, "lab_status")
+    assert not any(p.startswith("topology:") for p in st["problems"])
+    assert any(p.startswith("governor:") for p in st["problems"]), "associate heals only the topology"
     await ok(lab, "associate", {"stations": 0})
 
 

@@ -4,8 +4,10 @@ the DUT's datamodel. `stations: 0` disassociates everyone and verifies the clean
 The load is the profile's `[load] kind` (stasim, a command, or none: then only 0 clients); the
 count is the DUT's own (`[readers] clients`; without one, the result says it was not verified).
 
-Mutates DUT state (its client table), reversibly. Topology stays constant: the split is even
-over the enabled radios, and an uneven split is reported, never hidden.
+Mutates DUT state (its client table), reversibly. Topology stays constant: before holding any
+client the topology is asserted -- healed as `[policy] heal` allows (the changes are in
+`healed`), refused otherwise -- and with a `[topology]` in the profile an uneven split over the
+radios fails the call; without one it is reported, never hidden.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import time
 
 from pydantic import BaseModel, Field, model_validator
 
-from labwarden.core.errors import ToolError
+from labwarden.core.devtext import quote
+from labwarden.core.errors import LabError, ToolError
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab import knobs
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.drivers.load import LoadError
 from labwarden.lab.dut import datamodel
@@ -45,6 +49,31 @@ class AssociateOutput(BaseModel):
     even_split: bool = Field(description="max - min per radio <= 1 over all radios")
     duration_s: float
     note: str | None = Field(None, description="why the count was not verified, when it was not")
+    healed: list[str] = Field(default_factory=list, description="topology changes made before "
+                              "holding (a reboot's drift, healed as [policy] heal allows)")
+
+
+async def assert_topology(ctx: LabContext) -> list[str]:
+    """The knobs the topology rests on (enabled VAPs and pinned channels, the process manager),
+    healed with the guard's own pin() as `[policy] heal` allows, else refused -- so stations are
+    never split over a drifted set of radios. Returns the changes made."""
+    heal = set(ctx.profile.policy.heal)
+    changes: list[str] = []
+    for knob in knobs.pinned(ctx.device, ctx.profile):
+        if knob.requirement != "topology_asserted":
+            continue
+        state = await knob.state()  # a knob the DUT lacks is not applicable: ok
+        if state.ok:
+            continue
+        if knob.name not in heal:
+            raise LabError(f"{knob.refusal_reason(state)}; holding clients now would split them "
+                           "unevenly", knob.remedy, kind="refused", code=knob.refusal)
+        changes += await knob.pin()
+        again = await knob.state()
+        if not again.ok:
+            raise ToolError("device", f"{knob.name} still {quote(again.value)} after healing",
+                            "check the paths and [topology] in the lab profile")
+    return changes
 
 
 async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
@@ -52,6 +81,9 @@ async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
     load = load_drivers.for_profile(prof, ctx.device)
     n = inp.stations if inp.stations is not None else (inp.per_radio or 0) * load.radios
     t0 = time.monotonic()
+    healed = await assert_topology(ctx) if n else []
+    if healed:
+        await ctx.report(0, 2, "healed the topology: " + ", ".join(healed))
     await ctx.report(0, 2, f"holding {n} stations")
     try:
         await load.hold(n)
@@ -72,13 +104,19 @@ async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
         await ctx.report(2, 2, f"{n} stations held; {datamodel.NOT_APPLICABLE}")
         return AssociateOutput(associated=n, datamodel_count=None, per_radio=[],
                                even_split=True, duration_s=round(time.monotonic() - t0, 2),
-                               note=datamodel.NOT_APPLICABLE)
+                               note=datamodel.NOT_APPLICABLE, healed=healed)
     per_radio = [v for k, v in sorted(counts.items(), key=lambda kv: kv[0]) if k != "total"]
     per_radio = per_radio[: load.radios] + [0] * (load.radios - len(per_radio))
+    even = max(per_radio) - min(per_radio) <= 1
+    if n and not even and prof.topology is not None:  # asserted above: the split must follow it
+        raise ToolError("device", f"{n} clients held but split {per_radio} over the radios, with "
+                        f"the topology asserted ({len(prof.topology.vaps)} VAPs)",
+                        f"[load] radios ({load.radios}) must match [topology] vaps; see "
+                        f"{load.where()}; lab_status")
     await ctx.report(2, 2, f"{n} stations verified in the datamodel")
     return AssociateOutput(associated=n, datamodel_count=counts["total"], per_radio=per_radio,
-                           even_split=max(per_radio) - min(per_radio) <= 1,
-                           duration_s=round(time.monotonic() - t0, 2))
+                           even_split=even, duration_s=round(time.monotonic() - t0, 2),
+                           healed=healed)
 
 
 SPEC = ToolSpec(name="associate", description=describe(__doc__),
