@@ -11,7 +11,6 @@ gate passes and the offered load is the same; "refuted" when the rule decided "s
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import UTC, datetime
 
@@ -26,7 +25,7 @@ from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import builder
 from labwarden.tools import abtest, compare, gate_check, parity, sweep, symbolize
-from labwarden.tools.build import recipe
+from labwarden.tools.build import compiled, recipe
 from labwarden.tools.context import LabContext
 from labwarden.tools.patch_submit import store as patch_store
 from labwarden.transcripts import pricing
@@ -85,8 +84,8 @@ def _cost(ctx: LabContext, since_tool: str) -> Cost:
     return cost
 
 
-def _build(ctx: LabContext, patches: list[str], ref: str) -> str:
-    manifest, _ = builder.build(recipe(ctx), patches, ref)
+async def _build(ctx: LabContext, patches: list[str], ref: str) -> str:
+    manifest, _ = await compiled(recipe(ctx), patches, ref)
     return manifest.build_id
 
 
@@ -221,8 +220,8 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
     labels = (_label(base, ref), _label([*base, meta.name if meta else inp.patch], ref))
     try:
         await ctx.report(0, 5, f"building A ({labels[0]}) and B ({labels[1]})")
-        exp.build_a = await asyncio.to_thread(_build, ctx, base, ref)
-        exp.build_b = await asyncio.to_thread(_build, ctx, [*base, inp.patch], ref)
+        exp.build_a = await _build(ctx, base, ref)
+        exp.build_b = await _build(ctx, [*base, inp.patch], ref)
         await ctx.report(1, 5, f"screening at {ctx.profile.decision.densities[-1]} clients "
                          f"(A {exp.build_a}, B {exp.build_b})")
         await _screen(ctx, exp)

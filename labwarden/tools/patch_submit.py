@@ -9,14 +9,12 @@ compile returns the compiler's failing lines. The `patches` resource lists what 
 
 from __future__ import annotations
 
-import asyncio
-
 from pydantic import BaseModel, Field
 
 from labwarden.core.spec import ToolInput, ToolSpec, describe
-from labwarden.lab.host import builder, patchstore
+from labwarden.lab.host import patchstore
 from labwarden.lab.host.patchstore import PatchMeta, PatchStore, ProtectedPath
-from labwarden.tools.build import recipe
+from labwarden.tools.build import compiled, recipe
 from labwarden.tools.context import LabContext
 
 
@@ -63,8 +61,7 @@ async def run(ctx: LabContext, inp: PatchSubmitInput) -> PatchSubmitOutput:
     await ctx.report(1, 3, f"checking that {inp.name} applies on {inp.ref} + "
                      f"{inp.base_patches or 'no patches'} and compiles")
     try:
-        manifest, _ = await asyncio.to_thread(builder.build, recipe(ctx),
-                                              [*inp.base_patches, str(pending)], inp.ref)
+        manifest, _ = await compiled(recipe(ctx), [*inp.base_patches, str(pending)], inp.ref)
     except BaseException:
         pending.unlink(missing_ok=True)
         raise
