@@ -126,6 +126,12 @@ class BuildSection(_Strict):
                                  "submitted patch may not touch: the monitor, the load side, "
                                  "measurement helpers (a patch must fix the daemon, not change "
                                  "the workload)", examples=[["stamon.c", "stasim.c", "measure.sh"]])
+    protected_artifacts: list[str] = Field(default_factory=list, description="build outputs "
+                                           "(artifacts or extra_outputs) whose code a patch may "
+                                           "not change by any route -- a source, a header, a "
+                                           "build rule: patch_submit refuses such a patch and an "
+                                           "experiment is never kept when A's and B's differ",
+                                           examples=[["stamon", "stasim", "stacli"]])
 
 
 class _FlashBase(_Strict):

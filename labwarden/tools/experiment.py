@@ -24,8 +24,9 @@ from labwarden.core.measurements import SweepRecord
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import builder
+from labwarden.lab.host.patchstore import ProtectedArtifact
 from labwarden.tools import abtest, compare, gate_check, parity, sweep, symbolize
-from labwarden.tools.build import compiled, recipe
+from labwarden.tools.build import compiled, load_manifest, recipe
 from labwarden.tools.context import LabContext
 from labwarden.tools.patch_submit import store as patch_store
 from labwarden.transcripts import pricing
@@ -87,6 +88,17 @@ def _cost(ctx: LabContext, since_tool: str) -> Cost:
 async def _build(ctx: LabContext, patches: list[str], ref: str) -> str:
     manifest, _ = await compiled(recipe(ctx), patches, ref)
     return manifest.build_id
+
+
+def _same_protected(ctx: LabContext, exp: Experiment) -> None:
+    """A and B must carry the same code for every protected output (the monitor, the load
+    side): a candidate that changes it, by any route, is never measured, let alone kept."""
+    names = ctx.profile.build.protected_artifacts
+    assert exp.build_a and exp.build_b
+    moved = builder.changed_outputs(load_manifest(ctx, exp.build_a), load_manifest(ctx, exp.build_b),
+                                    names) if names else []
+    if moved:
+        raise ProtectedArtifact(moved, f"patch {exp.patch}")
 
 
 def _label(patches: list[str], ref: str) -> str:
@@ -222,6 +234,7 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
         await ctx.report(0, 5, f"building A ({labels[0]}) and B ({labels[1]})")
         exp.build_a = await _build(ctx, base, ref)
         exp.build_b = await _build(ctx, [*base, inp.patch], ref)
+        _same_protected(ctx, exp)
         await ctx.report(1, 5, f"screening at {ctx.profile.decision.densities[-1]} clients "
                          f"(A {exp.build_a}, B {exp.build_b})")
         await _screen(ctx, exp)
@@ -230,6 +243,8 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
         if exp.screening.final.verdict == "improved" and load_ok:
             await _survivor(ctx, exp, store, labels)
         exp.decision, exp.reason = _decide(exp)
+    except ProtectedArtifact as exc:  # before any flash: nothing to judge
+        exp.decision, exp.reason = "dropped", exc.problem
     except abtest.ParityMismatch as exc:  # before B's windows: nothing else to judge
         exp.gates = [g for g in exp.gates if g.name == "declared_parity"]
         exp.decision, exp.reason = "dropped", exc.problem

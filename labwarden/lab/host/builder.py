@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from elftools.common.exceptions import ELFError
 from pydantic import BaseModel, Field
 
 from labwarden.core.errors import ErrorKind, LabError
@@ -234,6 +235,45 @@ def build(recipe: BuildRecipe, patches: list[str] | None = None, ref: str = "HEA
     _remove_worktree(recipe.repo, tree)
     manifest_path.write_text(manifest.model_dump_json(indent=2))  # written last: marks complete
     return manifest, False
+
+
+def fingerprint(path: Path, git_hash: str, build_id: str | None) -> str:
+    """sha256 of a built file with what differs between any two builds of the same code zeroed:
+    the commit hash every binary embeds and the ELF build-id (a hash over the rest). The build
+    runs at fixed paths (/build/src, /build/out), so the same sources give the same bytes."""
+    data = path.read_bytes().replace(git_hash.encode(), b"0" * len(git_hash))
+    if build_id:
+        data = data.replace(bytes.fromhex(build_id), bytes(len(build_id) // 2))
+    return hashlib.sha256(data).hexdigest()
+
+
+def fingerprints(manifest: BuildManifest, names: list[str]) -> dict[str, str]:
+    """The fingerprint of each named output of a build: an artifact (its stripped file) or an
+    extra output kept beside the image; 'absent' when the build has none of that name."""
+    out = Path(manifest.image).parent
+    found: dict[str, str] = {}
+    for name in names:
+        art = next((a for a in manifest.artifacts if a.name == name), None)
+        path = Path(manifest.symfs) / art.path.lstrip("/") if art else out / name
+        if path.is_symlink() or not path.is_file():
+            found[name] = "absent"
+            continue
+        bid = art.build_id if art else _build_id_or_none(path)
+        found[name] = fingerprint(path, manifest.git_hash, bid)
+    return found
+
+
+def _build_id_or_none(path: Path) -> str | None:
+    try:
+        return elfsym.build_id(path) or None
+    except ELFError:  # not an ELF file (a script): its bytes as they are
+        return None
+
+
+def changed_outputs(a: BuildManifest, b: BuildManifest, names: list[str]) -> list[str]:
+    """The named outputs whose code differs between two builds."""
+    fa, fb = fingerprints(a, names), fingerprints(b, names)
+    return [n for n in names if fa[n] != fb[n]]
 
 
 def _package(recipe: BuildRecipe, out: Path, key: str, base: str, git_hash: str,

@@ -1,8 +1,10 @@
 """Submitted patches: unified diffs written by an agent, checked and stored content-addressed.
 
-A diff is data: its file names are parsed here (relative, no '..', not protected by the
-profile) and the diff itself only ever reaches `git apply` in a clean worktree (the builder),
-never a shell. A stored patch is `<data>/patches/<id>.patch` beside `<id>.json` (who submitted
+A diff is data: it only ever reaches `git apply` (here in a scratch index, in the builder in a
+clean worktree), never a shell. Which files it changes is what git says once it is applied --
+every form git accepts counts (binary hunks, any prefix, quoted names, modes, renames, copies,
+symlinks) -- not what its headers appear to name; a protected one refuses it. A stored patch
+is `<data>/patches/<id>.patch` beside `<id>.json` (who submitted
 it, on which base); its id is `<name>-<sha256 prefix>`, so the same diff under the same name is
 the same patch, and `build` finds it by id like a shipped one.
 """
@@ -13,12 +15,15 @@ import fnmatch
 import hashlib
 import os
 import re
+import subprocess
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
+from labwarden.lab.host.builder import BuildError
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 PATCH_ID = re.compile(r"([a-z0-9][a-z0-9_-]{0,39})-([0-9a-f]{10})")
@@ -41,6 +46,20 @@ class ProtectedPath(LabError):
             f"protected = {globs})",
             "a patch must fix the daemon, not change the monitor, the load side or the "
             "measurement: leave these files alone", code="protected_path", lines=paths)
+
+
+class ProtectedArtifact(LabError):
+    """A patch changes the code of an output the lab profile protects, by whatever route."""
+
+    kind = "refused"
+
+    def __init__(self, outputs: list[str], which: str):
+        super().__init__(
+            f"{which} changes protected build output(s) {', '.join(outputs)} (the profile's "
+            "[build] protected_artifacts): built with and without it, their code differs",
+            "a patch must fix the daemon, not change the monitor or the load side -- through "
+            "their sources, a header they include or the rules that build them",
+            code="protected_path", lines=outputs)
 
 
 class PatchMeta(BaseModel):
@@ -97,6 +116,37 @@ def diff_paths(diff: str) -> list[str]:
         raise PatchError("diff: not a unified diff (no '--- a/FILE', '+++ b/FILE' and '@@' hunk)",
                          "send the output of `git diff` or `diff -u`, with a/ and b/ prefixes")
     return out
+
+
+def changed_paths(repo: Path, base: str, applied_first: list[bytes], diff: bytes,
+                  name: str = "diff") -> list[str]:
+    """Every path `diff` changes once git applies it on commit `base` + `applied_first` (in a
+    scratch index: no checkout, nothing written to the repository but blobs): content, mode,
+    type (a symlink), creation and deletion; a rename or copy names both paths. Raises
+    BuildError with git's lines when it does not apply (as the build would)."""
+    with tempfile.TemporaryDirectory(prefix="lw-apply-") as tmp:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+
+        def git(*args: str, data: bytes | None = None) -> str:
+            res = subprocess.run(["git", "-C", str(repo), *args], input=data, capture_output=True,
+                                 env=env)
+            if res.returncode != 0:
+                lines = res.stderr.decode(errors="replace").strip().splitlines()[-20:]
+                raise BuildError(f"patch {name}", lines, f"rebase {name} on {base[:12]} + the "
+                                 "base patches (it does not apply)")
+            return res.stdout.decode(errors="surrogateescape")
+
+        git("read-tree", base)
+        for earlier in applied_first:
+            git("apply", "--cached", "-", data=earlier)
+        before = git("write-tree").strip()
+        git("apply", "--cached", "-", data=diff)
+        after = git("write-tree").strip()
+        raw = git("diff-tree", "-r", "-z", "--no-renames", "--raw", before, after)
+    # -z --raw: ":<modes> <shas> <status>\0<path>\0" per change (one path: renames are off)
+    fields = raw.split("\0")
+    return sorted({path for meta, path in zip(fields[::2], fields[1::2], strict=False)
+                   if meta.startswith(":")})
 
 
 def protected(paths: list[str], globs: list[str]) -> list[str]:
