@@ -11,7 +11,7 @@ import time
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.devtext import UNTRUSTED_NOTE, DeviceText
+from labwarden.core.devtext import DeviceProse, DeviceText
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import knobs
 from labwarden.lab.boardstate import BoardHealth
@@ -30,8 +30,8 @@ class LabStatusOutput(BaseModel):
     target_pid: int | None
     running_version: DeviceText | None = Field(None, description="`--version` of the running image")
     board_health: BoardHealth
-    health_reason: str | None = Field(json_schema_extra={"x-untrusted": UNTRUSTED_NOTE},
-                                      description="why the board is not good (DUT output quoted)")
+    health_reason: DeviceProse | None = Field(description="why the board is not good (DUT "
+                                              "output quoted)")
     flashed_build: str | None
     fingerprint_verified: bool = Field(description="verified since the last flash")
     knobs: list[knobs.KnobState]
