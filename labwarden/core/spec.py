@@ -127,6 +127,9 @@ class ToolSpec:
     board)."""
     counts_as_flash: bool = False
     """Counted against `flashes_per_hour` when it succeeds."""
+    precheck: Callable[[Any, Any], None] | None = None
+    """(ctx, input) -> None, raising a LabError: what the arguments name is checked to exist
+    (a patch id) before the guard takes a lease, heals or flashes anything."""
 
     def schema(self) -> dict[str, Any]:
         return {"input": self.input.model_json_schema(), "output": self.output.model_json_schema()}

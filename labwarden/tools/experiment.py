@@ -24,7 +24,7 @@ from labwarden.core.measurements import SweepRecord
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import builder
-from labwarden.lab.host.patchstore import ProtectedArtifact
+from labwarden.lab.host.patchstore import PatchStore, ProtectedArtifact
 from labwarden.tools import abtest, compare, gate_check, parity, sweep, symbolize
 from labwarden.tools.build import compiled, load_manifest, recipe
 from labwarden.tools.context import LabContext
@@ -207,6 +207,10 @@ async def _screen(ctx: LabContext, exp: Experiment) -> None:
                      parity.functional(exp.parity_a, exp.parity_b)]
 
 
+def _precheck(ctx: LabContext, inp: ExperimentInput) -> None:
+    _known(ctx, [inp.patch, *(inp.base_patches or [])])
+
+
 def _known(ctx: LabContext, patches: list[str]) -> None:
     """Refuse an unknown patch id before anything is recorded (a typo is not an experiment)."""
     rec = recipe(ctx)
@@ -226,7 +230,8 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
     base = inp.base_patches if inp.base_patches is not None else (meta.base_patches if meta else [])
     ref = inp.ref or (meta.ref if meta else "HEAD")
     exp = Experiment(id=store.new_id("exp"), patch=inp.patch, patch_name=meta.name if meta else None,
-                     author=meta.author if meta else None, ref=ref, base_patches=base,
+                     author=PatchStore.shown(meta, ctx.principal).author if meta else None,
+                     ref=ref, base_patches=base,
                      session_id=ctx.session_id, started_at=datetime.now(UTC), decision="failed",
                      reason="not finished")
     labels = (_label(base, ref), _label([*base, meta.name if meta else inp.patch], ref))
@@ -281,4 +286,4 @@ def summarize(exp: Experiment) -> ExperimentOutput:
 SPEC = ToolSpec(name="experiment", description=describe(__doc__), input=ExperimentInput,
                 output=ExperimentOutput, run=run, effect="destructive",
                 requires=frozenset({"lease", "board_healthy", "env_pinned", "topology_asserted"}),
-                budget_class="measure", counts_as_flash=True)
+                budget_class="measure", counts_as_flash=True, precheck=_precheck)

@@ -41,7 +41,8 @@ class PatchSubmitOutput(BaseModel):
     base_commit: str
     base_patches: list[str]
     build_id: str = Field(description="base + this patch, compiled")
-    author: str | None
+    author: str | None = Field(description="the session that submitted it, when it is one of "
+                               "this client's principal (else null)")
     cached: bool = Field(description="the same diff was submitted before under this name")
 
 
@@ -70,7 +71,7 @@ async def run(ctx: LabContext, inp: PatchSubmitInput) -> PatchSubmitOutput:
     if known is not None and known.base_patches == inp.base_patches and known.build_id:
         return PatchSubmitOutput(patch_id=pid, files=known.files, base_commit=known.base_commit,
                                  base_patches=known.base_patches, build_id=known.build_id,
-                                 author=known.author, cached=True)
+                                 author=patches.shown(known, ctx.principal).author, cached=True)
     pending = patches.pending(pid, inp.diff)
     await ctx.report(1, 3, f"checking that {inp.name} applies on {inp.ref} + "
                      f"{inp.base_patches or 'no patches'} and compiles")
@@ -86,7 +87,8 @@ async def run(ctx: LabContext, inp: PatchSubmitInput) -> PatchSubmitOutput:
         raise
     meta = PatchMeta(id=pid, name=inp.name, sha256=sha, files=files, ref=inp.ref,
                      base_commit=manifest.base, base_patches=inp.base_patches,
-                     build_id=manifest.build_id, author=ctx.session_id, summary=inp.summary,
+                     build_id=manifest.build_id, author=ctx.session_id, principal=ctx.principal,
+                     summary=inp.summary,
                      submitted_at=patchstore.now())
     patches.store(pending, meta)
     await ctx.report(3, 3, f"stored as {pid}")

@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
+from labwarden.core.paths import PathRefused, is_regular_file, within
 from labwarden.lab.host.builder import BuildError
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
@@ -71,7 +72,9 @@ class PatchMeta(BaseModel):
     base_commit: str
     base_patches: list[str] = Field(default_factory=list)
     build_id: str | None = Field(None, description="base + this patch, compiled")
-    author: str | None = Field(None, description="the transcript session that submitted it")
+    author: str | None = Field(None, description="the transcript session that submitted it "
+                               "(shown only to its own principal)")
+    principal: str | None = Field(None, description="who that session belonged to")
     summary: str | None = None
     submitted_at: datetime
 
@@ -175,11 +178,37 @@ class PatchStore:
     def path(self, pid: str) -> Path:
         return self.root / f"{pid}.patch"
 
+    def _stored(self, name: str) -> Path | None:
+        """A stored file, resolved inside the store (a symlink planted here that leads out, or
+        dangles, is no stored file)."""
+        try:
+            path = within(self.root, name, what="patch id")
+        except PathRefused:
+            return None
+        return path if is_regular_file(path) else None
+
     def meta(self, pid: str) -> PatchMeta | None:
         if not PATCH_ID.fullmatch(pid):
             return None
-        path = self.root / f"{pid}.json"
-        return PatchMeta.model_validate_json(path.read_text()) if path.is_file() else None
+        path = self._stored(f"{pid}.json")
+        if path is None:
+            return None
+        try:
+            return PatchMeta.model_validate_json(path.read_text())
+        except ValueError:  # not a meta file this labwarden wrote
+            return None
+
+    def diff(self, pid: str) -> str | None:
+        path = self._stored(f"{pid}.patch") if PATCH_ID.fullmatch(pid) else None
+        return path.read_text(errors="replace") if path is not None else None
+
+    @staticmethod
+    def shown(meta: PatchMeta, principal: str | None) -> PatchMeta:
+        """The meta as a client of `principal` may see it: another principal's session id
+        (the author) is not theirs to know."""
+        if meta.principal is not None and meta.principal == principal:
+            return meta
+        return meta.model_copy(update={"author": None, "principal": None})
 
     def pending(self, pid: str, diff: str) -> Path:
         """Where a diff waits while it is checked: under its final name (builds record patch
