@@ -223,7 +223,9 @@ def build(recipe: BuildRecipe, patches: list[str] | None = None, ref: str = "HEA
                              "make the build faster, or raise [build] timeout_s", kind="timeout")
         if res.returncode != 0:
             lines = res.output.splitlines()
-            errors = [ln for ln in lines if "error" in ln.lower()] or lines
+            # the compiler's error lines; when only make's own summary says "Error", the tail
+            errors = [ln for ln in lines if "error" in ln.lower() and not ln.startswith("make")] \
+                or lines
             raise BuildError("compile", errors[-20:], "fix the code (the lines above)")
         progress("packaging: strip, symfs, image")
         manifest = _package(recipe, out, key, base, git_hash, patch_files)
