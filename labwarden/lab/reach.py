@@ -12,7 +12,8 @@ def unreachable_remedy(profile: LabProfile) -> str:
         root = profile.dut.paths.root
         where = f" --dir {root}" if root else ""
         return (f"the vlab is down or restarting: `labwarden vlab status{where}` shows it, "
-                f"`labwarden vlab up{where}` starts it; lab_status answers again once it is up")
+                f"`labwarden vlab up{where}` starts it (and check [dut.ssh] host/port in the "
+                "lab profile); lab_status answers again once it is up")
     if profile.dut.backend == "labgrid":
         return ("power the board on (a qlab: `labwarden qlab status`, `labwarden qlab up`) and "
                 "check its labgrid place; lab_status answers again once it boots")
