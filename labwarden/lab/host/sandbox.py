@@ -74,7 +74,7 @@ def bwrap() -> str:
     return found
 
 
-def _dirs(*dests: str) -> list[str]:
+def parent_dirs(*dests: str) -> list[str]:
     """Create the parents of bind targets world-traversable (bwrap makes them 0700, and the
     build's uid is not the one that set up the mounts)."""
     args: list[str] = []
@@ -87,8 +87,10 @@ def _dirs(*dests: str) -> list[str]:
     return args
 
 
-def _system_binds() -> list[str]:
-    args = ["--ro-bind", "/usr", "/usr", *_dirs("/etc/x")]
+def system_binds() -> list[str]:
+    """/usr (and the merged-/usr links), and the few /etc files the loader and alternatives
+    read, read-only."""
+    args = ["--ro-bind", "/usr", "/usr", *parent_dirs("/etc/x")]
     for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         host = Path("/") / top
         if host.is_symlink():  # merged /usr: /bin -> usr/bin
@@ -111,11 +113,11 @@ def command_line(argv: Sequence[str], tree: Path, out: Path, limits: Limits) -> 
               "--unshare-cgroup-try"] if root else ["--unshare-all"]
     args = ["prlimit", f"--as={mem}", f"--cpu={cpu}", f"--nproc={MAX_PROCS}", "--core=0", "--",
             bwrap(), *spaces, "--die-with-parent", "--new-session", "--clearenv",
-            "--hostname", "labwarden-build", *_system_binds(),
+            "--hostname", "labwarden-build", *system_binds(),
             "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
     for ro in limits.readonly_paths:
-        args += [*_dirs(str(ro)), "--ro-bind", str(ro), str(ro)]
-    args += [*_dirs(SRC), "--bind", str(tree), SRC, "--bind", str(out), OUT]
+        args += [*parent_dirs(str(ro)), "--ro-bind", str(ro), str(ro)]
+    args += [*parent_dirs(SRC), "--bind", str(tree), SRC, "--bind", str(out), OUT]
     env = {"PATH": PATH, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
     for key, value in env.items():
         args += ["--setenv", key, value]
