@@ -119,8 +119,9 @@ class BuildSection(_Strict):
     memory_mb: int = Field(4096, ge=256, examples=[4096], description="address-space limit of "
                            "each process of a build")
     readonly_paths: list[str] = Field(default_factory=list, description="host paths a build may "
-                                      "read besides /usr (a cross toolchain outside /usr); the "
-                                      "build sees nothing else of the host",
+                                      "read besides /usr (a cross toolchain outside /usr: its "
+                                      "bin/ goes on the build's PATH); the build sees nothing "
+                                      "else of the host",
                                       examples=[["/opt/x-tools"]])
     protected: list[str] = Field(default_factory=list, description="globs of source paths a "
                                  "submitted patch may not touch: the monitor, the load side, "

@@ -118,7 +118,9 @@ def command_line(argv: Sequence[str], tree: Path, out: Path, limits: Limits) -> 
     for ro in limits.readonly_paths:
         args += [*parent_dirs(str(ro)), "--ro-bind", str(ro), str(ro)]
     args += [*parent_dirs(SRC), "--bind", str(tree), SRC, "--bind", str(out), OUT]
-    env = {"PATH": PATH, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+    tool_bins = [str(ro / "bin") for ro in limits.readonly_paths if (ro / "bin").is_dir()]
+    env = {"PATH": ":".join([*tool_bins, PATH]), "HOME": "/tmp", "TMPDIR": "/tmp",
+           "LANG": "C.UTF-8"}
     for key, value in env.items():
         args += ["--setenv", key, value]
     args += ["--chdir", SRC, "--"]
