@@ -72,10 +72,12 @@ def checks() -> list[Check]:
         ("make", "apt-get install make"),
         ("git", "apt-get install git"),
         ("objcopy", "apt-get install binutils"),
+        ("bwrap", "apt-get install bubblewrap  (or `make setup` as root)"),
     ):
         path = which(tool)
         out.append(Check(name=tool, ok=path is not None, detail=path or "not found",
                          remedy=None if path else remedy,
                          needed_for="symbolize" if tool.startswith("inferno") or tool == "cargo"
-                         else "vlab firmware build"))
+                         else "every build of patched code (confined), the vlab's services"
+                         if tool == "bwrap" else "vlab firmware build"))
     return out

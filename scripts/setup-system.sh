@@ -22,6 +22,8 @@ command -v dropbearkey >/dev/null 2>&1 || [ -x /usr/bin/dropbearkey ] || missing
 need aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
 need qemu-aarch64 qemu-user
 need unshare util-linux
+# bubblewrap: every build of agent-written code runs confined (lab/host/sandbox.py)
+need bwrap bubblewrap
 # traffic studies: iperf3 is the load, nftables the rule sets (tests: two host namespaces
 # joined by a veth pair, tests/netns_traffic.py)
 need iperf3 iperf3; need nft nftables

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from labwarden.core.devtext import unmark
 from labwarden.core.kernelsplit import KernelSummary
 from labwarden.core.measurements import ProfileRecord
 from labwarden.core.records import RecordStore
@@ -95,7 +96,7 @@ async def test_system_wide_flame_graph_holds_nft_do_chain(
     assert res["system_wide"]
     assert share["total_pct"] > 2.0, share
     assert "nft_do_chain" in Path(res["svg"]).read_text()
-    names = {t["thread"] for t in res["threads"]}
+    names = {unmark(t["thread"]) for t in res["threads"]}
     assert any(n == "iperf3" or n.startswith("ksoftirqd/") for n in names), names
     assert all(t["tid"] is not None for t in res["threads"])  # collapsed per thread
     # the flame graph's stacks are merged by comm: one tower per thread name

@@ -84,6 +84,10 @@ def profile(layout: VlabLayout, name: str, protected: list[str] | None = None) -
         head, n = re.subn(r"^protected = .*$", f"protected = {json.dumps(protected)}", head,
                           count=1, flags=re.M)
         assert n == 1
+        if not protected:  # lifted whole: the monitor's build output is no longer protected either
+            head, n = re.subn(r"^protected_artifacts = .*$", "protected_artifacts = []", head,
+                              count=1, flags=re.M)
+            assert n == 1
     path = layout.lab_toml.with_name(f"lab-{name}.toml")
     path.write_text(head + tail)
     return path

@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from labwarden.cli.app import app
+from labwarden.core.devtext import unmark
 from labwarden.lab.config import LabProfile
 from labwarden.lab.labgrid import LabgridConfig, resolve_target
 from labwarden.lab.labgrid import transition as labgrid_transition
@@ -165,7 +166,7 @@ async def test_build_and_flash_a_patched_image_through_the_labgrid_strategy(qlab
     assert len(st.qemu_pids) == 1 and st.qemu_pids != qemu_before  # powered off and on: one QEMU
     verified = await _ok(qlab, "fingerprint_verify", {"build_id": built["build_id"]})
     assert verified["verified"], verified["mismatches"]
-    assert verified["git_hash_running"] == built["git_hash"] and verified["overlay_empty"]
+    assert unmark(verified["git_hash_running"]) == built["git_hash"] and verified["overlay_empty"]
     # the flash disk holds the image packed on the host from this build, and the guest booted it
     image = Path(built["image"]).with_name(firmware.IMAGE_NAME)
     manifest = (await asyncio.to_thread(qlab.sh, "cat /usr/lib/lwfw/manifest")).stdout
@@ -176,7 +177,7 @@ async def test_build_and_flash_a_patched_image_through_the_labgrid_strategy(qlab
     status = await _ok(qlab, "lab_status")
     knobs = {k["name"]: k for k in status["knobs"]}
     assert knobs["governor"]["applicable"] is False  # no cpufreq under QEMU
-    assert knobs["governor"]["value"].startswith("n/a: no cpufreq on this DUT")
+    assert unmark(knobs["governor"]["value"]).startswith("n/a: no cpufreq on this DUT")
 
 
 @pytest.mark.anyio

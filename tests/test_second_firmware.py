@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from labwarden.core.devtext import unmark
 from labwarden.lab.config import LabProfile
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import default_transcript, open_lab
@@ -66,12 +67,12 @@ async def test_build_flash_verify_profile_symbolize_attribute(
 
     verified = await _ok(lab, "fingerprint_verify", {"build_id": built["build_id"]})
     assert verified["verified"], verified["mismatches"]
-    assert verified["git_hash_running"] == built["git_hash"]
+    assert unmark(verified["git_hash_running"]) == built["git_hash"]
 
     status = await _ok(lab, "lab_status")
     knobs = {k["name"]: k for k in status["knobs"]}
-    assert knobs["governor"]["value"].startswith("n/a: no cpufreq on this DUT")
-    assert knobs["boost"]["value"].startswith("n/a: no cpufreq on this DUT")
+    assert unmark(knobs["governor"]["value"]).startswith("n/a: no cpufreq on this DUT")
+    assert unmark(knobs["boost"]["value"]).startswith("n/a: no cpufreq on this DUT")
     assert knobs["governor"]["applicable"] is False and knobs["topology"]["applicable"] is False
     assert status["problems"] == [] and status["associated"] is None
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from labwarden.core.devtext import unmark
 from labwarden.lab.boardstate import BoardState
 from labwarden.lab.dut.device import Device
 from labwarden.vlab import stockssh
@@ -83,7 +84,7 @@ async def test_fingerprint_and_load_through_the_stock_server(server: stockssh.St
     rec = await call(vlab, "fingerprint_verify", {"build_id": baseline(vlab)}, profile=prof)
     assert rec.ok, rec.error
     assert rec.result is not None and rec.result["verified"], rec.result
-    assert rec.result["git_hash_running"] == rec.result["git_hash_expected"]
+    assert unmark(rec.result["git_hash_running"]) == rec.result["git_hash_expected"]
     status = await call(vlab, "lab_status", profile=prof)
     assert status.ok and status.result is not None
     assert status.result["fingerprint_verified"] is True

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from labwarden.core.devtext import unmark
 from labwarden.lab.config import LabProfile
 from labwarden.vlab import control, tuning
 from labwarden.vlab.layout import VlabLayout
@@ -45,7 +46,7 @@ async def test_baseline_verifies_and_status_reports_it(lab: VlabLayout) -> None:
     assert res["verified"] and res["overlay_empty"] and res["mismatches"] == []
     st = await ok(lab, "lab_status")
     assert st["fingerprint_verified"] and st["board_health"] == "good"
-    assert st["running_version"].split()[1] == res["git_hash_running"]
+    assert unmark(st["running_version"]).split()[1] == unmark(res["git_hash_running"])
     assert {k["name"] for k in st["knobs"]} == {"governor", "boost", "topology", "procmgr"}
     assert st["rtt_ms"] < 1000
 
@@ -106,7 +107,7 @@ async def test_flash_patched_not_bumped_is_caught_by_fingerprint(lab: VlabLayout
     stale = await ok(lab, "fingerprint_verify", {"build_id": base})
     assert not stale["verified"]
     assert stale["release_revision"] == good["release_revision"], "the release file cannot tell"
-    bad_files = {m["path"] for m in stale["mismatches"] if m["check"] == "sha256"}
+    bad_files = {unmark(m["path"]) for m in stale["mismatches"] if m["check"] == "sha256"}
     assert str(lab.rootfs / "usr/lib/libsta.so") in bad_files
     assert any(m["check"] == "git_hash" for m in stale["mismatches"])
     st = await ok(lab, "lab_status")
@@ -122,8 +123,8 @@ async def test_overlay_leftover_fails_verification(lab: VlabLayout) -> None:
         control.restart_services(lab.root)
         res = await ok(lab, "fingerprint_verify", {"build_id": current})
         assert not res["verified"] and not res["overlay_empty"]
-        assert str(shadow) in res["overlay_files"]
-        checks = {(m["check"], m["path"]) for m in res["mismatches"]}
+        assert str(shadow) in [unmark(f) for f in res["overlay_files"]]
+        checks = {(m["check"], unmark(m["path"])) for m in res["mismatches"]}
         assert ("overlay", str(shadow)) in checks
         assert any(c == "mapped" for c, _ in checks), "stad maps the overlay copy"
     finally:
@@ -157,16 +158,17 @@ async def test_associate_asserts_the_topology_before_holding(lab: VlabLayout) ->
     assert rec.error is not None and rec.error.kind == "refused", rec.error
     assert rec.error.code == "topology_drifted" and "VAPs disabled" in rec.error.message
     st = await ok(lab, "lab_status")
-    assert any(p.startswith("topology:") for p in st["problems"])
+    assert any(unmark(p).startswith("topology:") for p in st["problems"])
     assert (st["associated"] or {}).get("total") == 0
     # releasing never needs the topology: nothing to split
     assert (await call(lab, "associate", {"stations": 0}, profile=strict)).ok
     res = await ok(lab, "associate", {"stations": 18})
     assert res["datamodel_count"] == 18 and res["per_radio"] == [3] * 6 and res["even_split"]
-    assert any(c.endswith(".disabled 1 -> 0") for c in res["healed"]), res["healed"]
+    assert any(unmark(c).endswith(".disabled 1 -> 0") for c in res["healed"]), res["healed"]
     st = await ok(lab, "lab_status")
-    assert not any(p.startswith("topology:") for p in st["problems"])
-    assert any(p.startswith("governor:") for p in st["problems"]), "associate heals only the topology"
+    assert not any(unmark(p).startswith("topology:") for p in st["problems"])
+    assert any(unmark(p).startswith("governor:") for p in st["problems"]), \
+        "associate heals only the topology"
     await ok(lab, "associate", {"stations": 0})
 
 

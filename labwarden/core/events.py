@@ -25,7 +25,8 @@ from labwarden.core.usage import Usage
 # ToolCalled.measured added (the spec's `measures`, so audit needs no list of tool names).
 # 2 (2026-11): new kinds resource_read and request_refused (every request is logged at the
 # door; a reader of version 1 cannot parse them); SessionStarted.principal and .mcp_session_id.
-SCHEMA_VERSION = 2
+# 3 (2026-11): new kind request_served (listings and prompts are logged at the door too).
+SCHEMA_VERSION = 3
 
 RefusalCode = Literal[
     "invalid_input",          # the arguments do not match the tool's schema
@@ -205,6 +206,23 @@ class RequestRefused(EventBase):
     """The Mcp-Session-Id the request named, if any."""
 
 
+class RequestServed(EventBase):
+    """A request that is neither a tool call nor a resource read: a listing (resources/list,
+    resources/templates/list, prompts/list) or a prompt (prompts/get), served or failed."""
+
+    kind: Literal["request_served"] = "request_served"
+    method: str
+    """The JSON-RPC method."""
+    name: str | None = None
+    """The prompt asked for (prompts/get), stored bounded."""
+    ok: bool
+    """Whether it was answered."""
+    items: int = 0
+    """How many entries a listing returned, or messages a prompt."""
+    error: str | None = None
+    """Why it failed."""
+
+
 class SessionEnded(EventBase):
     kind: Literal["session_ended"] = "session_ended"
     reason: str = "done"
@@ -212,7 +230,7 @@ class SessionEnded(EventBase):
 
 
 Event = Annotated[SessionStarted | ToolCalled | GuardDecision | ModelCall | Note | ResourceRead
-                  | RequestRefused | SessionEnded, Field(discriminator="kind")]
+                  | RequestRefused | RequestServed | SessionEnded, Field(discriminator="kind")]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 

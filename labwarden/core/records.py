@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import uuid
 from pathlib import Path
 from typing import TypeVar
@@ -63,9 +64,18 @@ class RecordStore:
         return cls.model_validate_json(self.path(kind, rid).read_text())
 
     def ids(self, kind: str) -> list[str]:
+        """Ids of the kind's records, oldest first. Only regular files count: a symlink planted
+        in the directory (dangling, or pointing anywhere) is not a record."""
         d = self.root / kind
-        return sorted((p.stem for p in d.glob("*.json")), key=lambda s: (d / f"{s}.json").stat().st_mtime) \
-            if d.is_dir() else []
+        stamped = []
+        for p in d.glob("*.json") if d.is_dir() else []:
+            try:
+                st = p.lstat()
+            except OSError:  # gone while listing
+                continue
+            if stat.S_ISREG(st.st_mode):
+                stamped.append((st.st_mtime, p.stem))
+        return [rid for _, rid in sorted(stamped)]
 
     def artifact_dir(self, rid: str) -> Path:
         path = within(self.artifacts, rid, what="record id")

@@ -137,6 +137,9 @@ class ToolSpec:
     needs: frozenset[LabFeature] = field(default_factory=frozenset)
     """What the lab must have for the tool to apply at all: a lab without it does not list the
     tool (MCP, the agent), and a call is refused `not_applicable` with the reason."""
+    precheck: Callable[[Any, Any], None] | None = None
+    """(ctx, input) -> None, raising a LabError: what the arguments name is checked to exist
+    (a patch id) before the guard takes a lease, heals or flashes anything."""
 
     def schema(self) -> dict[str, Any]:
         return {"input": self.input.model_json_schema(), "output": self.output.model_json_schema()}

@@ -104,18 +104,35 @@ class BuildSection(_Strict):
                        "and labwarden's helpers)", examples=["aarch64-linux-gnu-strip"])
     repo: str = Field(description="git repository of the firmware sources", examples=["~/src/fw"])
     builds: str = Field(description="where build outputs are kept", examples=["~/fw-builds"])
-    command: list[str] = Field(description="argv run in a clean worktree; {out} {git_hash} {jobs} "
-                               "are filled in", examples=[["make", "O={out}", "GIT_HASH={git_hash}"]])
+    command: list[str] = Field(description="argv run confined in a clean worktree; {out} (the "
+                               "output dir, /build/out in the sandbox) {git_hash} {jobs} are "
+                               "filled in", examples=[["make", "O={out}", "GIT_HASH={git_hash}"]])
     artifacts: dict[str, str] = Field(description="build output (relative to {out}) -> path inside "
                                       "the DUT rootfs", examples=[{"libsta.so": "usr/lib/libsta.so"}])
     extra_outputs: list[str] = Field(default_factory=list, examples=[["stasim"]])
     patches_dirs: list[str] = Field(default_factory=list, description="where patch ids are found",
                                     examples=[["~/fw-patches"]])
     baseline: str | None = Field(None, description="build id of the known-good image")
+    timeout_s: float = Field(600, gt=0, le=86_400, examples=[600], description="how long one "
+                             "build command may run (confined: lab/host/sandbox.py); then its "
+                             "processes are killed")
+    memory_mb: int = Field(4096, ge=256, examples=[4096], description="address-space limit of "
+                           "each process of a build")
+    readonly_paths: list[str] = Field(default_factory=list, description="host paths a build may "
+                                      "read besides /usr (a cross toolchain outside /usr: its "
+                                      "bin/ goes on the build's PATH); the build sees nothing "
+                                      "else of the host",
+                                      examples=[["/opt/x-tools"]])
     protected: list[str] = Field(default_factory=list, description="globs of source paths a "
                                  "submitted patch may not touch: the monitor, the load side, "
                                  "measurement helpers (a patch must fix the daemon, not change "
                                  "the workload)", examples=[["stamon.c", "stasim.c", "measure.sh"]])
+    protected_artifacts: list[str] = Field(default_factory=list, description="build outputs "
+                                           "(artifacts or extra_outputs) whose code a patch may "
+                                           "not change by any route -- a source, a header, a "
+                                           "build rule: patch_submit refuses such a patch and an "
+                                           "experiment is never kept when A's and B's differ",
+                                           examples=[["stamon", "stasim", "stacli"]])
 
 
 class _FlashBase(_Strict):

@@ -127,6 +127,14 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
             tool=name, decision="refuse", code="invalid_input", reason=failure.message,
             remedy=failure.remedy))
     call_args = inp.model_dump(mode="json")  # what the guard judges and the tool runs with
+    if spec.precheck is not None:  # what the arguments name exists: before any guard side effect
+        try:
+            spec.precheck(ctx, inp)
+        except LabError as exc:
+            failure = ToolFailure.of(exc)
+            return _refused(ctx, unrun(call_args), GuardDecision(
+                tool=name, decision="refuse", code=exc.code or "invalid_input",
+                reason=clean(failure.message), remedy=failure.remedy))
     conditions = None
     state = ctx.peek_state()  # one read per call, shared with the guard
     health_before = state.board_health

@@ -21,6 +21,7 @@ from labwarden.guardrails.guard import Guard
 from labwarden.guardrails.lease import holder_name
 from labwarden.lab.config import LabProfile
 from labwarden.lab.dut.device import Device
+from labwarden.lab.reach import unreachable_remedy
 from labwarden.tools.context import LabContext, ProgressFn, no_progress
 from labwarden.transcripts.store import TranscriptStore
 
@@ -57,7 +58,7 @@ async def open_device(profile: LabProfile, user: str | None = None, *,
             place = lease
         else:
             target = profile.ssh_endpoint()
-        device = Device(target, env=profile.dut.env)
+        device = Device(target, env=profile.dut.env, unreachable_remedy=unreachable_remedy(profile))
         device.place = place
         if connect:
             await stack.enter_async_context(device)
@@ -167,9 +168,11 @@ class LabHub:
 @contextlib.asynccontextmanager
 async def open_hub(profile: LabProfile, *, client: str, user: str | None = None,
                    transcript: Path | None = None) -> AsyncIterator[LabHub]:
-    """Open the lab for a server: the DUT connection now, sessions as clients arrive; every
-    session still open is ended when the server stops."""
-    async with open_device(profile, user) as device:
+    """Open the lab for a server: sessions as clients arrive, the DUT connection when a call
+    first needs it (a server starts, lists its tools and answers lab_status with the DUT off;
+    the connection comes back by itself after the DUT reboots); every session still open is
+    ended when the server stops."""
+    async with open_device(profile, user, connect=False) as device:
         hub = LabHub(profile, device, client=client, user=user, transcript=transcript)
         try:
             yield hub

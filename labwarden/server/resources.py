@@ -113,14 +113,17 @@ def register(server: MCPServer[Any]) -> None:
                      "them (id, name, files, base, author session, build); labwarden://patches/ID "
                      "is one, with its diff.")
     async def patches(pid: str, ctx: Context) -> str:
-        store = PatchStore((await _lab(ctx)).data_dir / "patches")
+        lab = await _lab(ctx)
+        store = PatchStore(lab.data_dir / "patches")
         if pid == "index":
-            return json.dumps([m.model_dump(mode="json") for m in store.all()])
+            return json.dumps([store.shown(m, lab.principal).model_dump(mode="json")
+                               for m in store.all()])
         meta = store.meta(pid)
-        if meta is None:
+        diff = store.diff(pid)  # both resolved inside the store: planted symlinks are no patch
+        if meta is None or diff is None:
             known = ", ".join(m.id for m in store.all()[-8:]) or "none yet"
-            raise ResourceError(f"no submitted patch {pid!r}; known: {known}")
-        return json.dumps({**meta.model_dump(mode="json"), "diff": store.path(pid).read_text()})
+            raise ResourceError(f"no submitted patch {pid[:64]!r}; known: {known}")
+        return json.dumps({**store.shown(meta, lab.principal).model_dump(mode="json"), "diff": diff})
 
     @server.resource("labwarden://transcripts/{session}", name="transcript", mime_type="application/json",
                      description="A transcript session's events (the current one: 'current'); only "

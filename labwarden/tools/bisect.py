@@ -27,7 +27,7 @@ from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import builder
 from labwarden.tools import abtest
-from labwarden.tools.build import recipe
+from labwarden.tools.build import compiled, recipe
 from labwarden.tools.context import LabContext
 
 MAX_COMMITS = 256
@@ -91,7 +91,7 @@ def _side(j: Judgement, against: str) -> Literal["good", "bad", "unknown"]:
 
 
 async def _build(ctx: LabContext, commit: str) -> str:
-    manifest, _ = await asyncio.to_thread(builder.build, recipe(ctx), [], commit)
+    manifest, _ = await compiled(recipe(ctx), [], commit)
     return manifest.build_id
 
 

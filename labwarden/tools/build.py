@@ -8,6 +8,9 @@ fails with the failing lines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -44,6 +47,24 @@ def recipe(ctx: LabContext) -> builder.BuildRecipe:
     return rec
 
 
+async def compiled(recipe_: builder.BuildRecipe, patches: list[str], ref: str,
+                   progress: Callable[[str], None] = lambda _m: None,
+                   ) -> tuple[builder.BuildManifest, bool]:
+    """builder.build in a worker thread. Cancelled (the session's wall time, a client giving
+    up), it stops the confined build command and waits for its processes to be gone before the
+    cancellation goes on: nothing a patch compiled outlives the call."""
+    stop = threading.Event()
+    work = asyncio.ensure_future(asyncio.to_thread(builder.build, recipe_, patches, ref,
+                                                   progress, stop))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        stop.set()
+        with contextlib.suppress(BaseException):
+            await work
+        raise
+
+
 async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:
     recipe_ = recipe(ctx)
     loop = asyncio.get_running_loop()
@@ -53,8 +74,7 @@ async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:
         steps.append(msg)
         asyncio.run_coroutine_threadsafe(ctx.report(len(steps), 5, msg), loop)
 
-    manifest, cached = await asyncio.to_thread(builder.build, recipe_, inp.patches, inp.ref,
-                                               progress)
+    manifest, cached = await compiled(recipe_, inp.patches, inp.ref, progress)
     log = Path(manifest.image).parent / "build.log"
     tail = log.read_text().splitlines()[-5:] if log.exists() else []
     return BuildOutput(build_id=manifest.build_id, git_hash=manifest.git_hash,

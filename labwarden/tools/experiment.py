@@ -11,7 +11,6 @@ gate passes and the offered load is the same; "refuted" when the rule decided "s
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import UTC, datetime
 
@@ -25,8 +24,9 @@ from labwarden.core.measurements import SweepRecord
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import builder
+from labwarden.lab.host.patchstore import PatchStore, ProtectedArtifact
 from labwarden.tools import abtest, compare, gate_check, parity, sweep, symbolize
-from labwarden.tools.build import recipe
+from labwarden.tools.build import compiled, load_manifest, recipe
 from labwarden.tools.context import LabContext
 from labwarden.tools.patch_submit import store as patch_store
 from labwarden.transcripts import pricing
@@ -85,9 +85,20 @@ def _cost(ctx: LabContext, since_tool: str) -> Cost:
     return cost
 
 
-def _build(ctx: LabContext, patches: list[str], ref: str) -> str:
-    manifest, _ = builder.build(recipe(ctx), patches, ref)
+async def _build(ctx: LabContext, patches: list[str], ref: str) -> str:
+    manifest, _ = await compiled(recipe(ctx), patches, ref)
     return manifest.build_id
+
+
+def _same_protected(ctx: LabContext, exp: Experiment) -> None:
+    """A and B must carry the same code for every protected output (the monitor, the load
+    side): a candidate that changes it, by any route, is never measured, let alone kept."""
+    names = ctx.profile.build.protected_artifacts
+    assert exp.build_a and exp.build_b
+    moved = builder.changed_outputs(load_manifest(ctx, exp.build_a), load_manifest(ctx, exp.build_b),
+                                    names) if names else []
+    if moved:
+        raise ProtectedArtifact(moved, f"patch {exp.patch}")
 
 
 def _label(patches: list[str], ref: str) -> str:
@@ -196,6 +207,10 @@ async def _screen(ctx: LabContext, exp: Experiment) -> None:
                      parity.functional(exp.parity_a, exp.parity_b)]
 
 
+def _precheck(ctx: LabContext, inp: ExperimentInput) -> None:
+    _known(ctx, [inp.patch, *(inp.base_patches or [])])
+
+
 def _known(ctx: LabContext, patches: list[str]) -> None:
     """Refuse an unknown patch id before anything is recorded (a typo is not an experiment)."""
     rec = recipe(ctx)
@@ -215,14 +230,16 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
     base = inp.base_patches if inp.base_patches is not None else (meta.base_patches if meta else [])
     ref = inp.ref or (meta.ref if meta else "HEAD")
     exp = Experiment(id=store.new_id("exp"), patch=inp.patch, patch_name=meta.name if meta else None,
-                     author=meta.author if meta else None, ref=ref, base_patches=base,
+                     author=PatchStore.shown(meta, ctx.principal).author if meta else None,
+                     ref=ref, base_patches=base,
                      session_id=ctx.session_id, started_at=datetime.now(UTC), decision="failed",
                      reason="not finished")
     labels = (_label(base, ref), _label([*base, meta.name if meta else inp.patch], ref))
     try:
         await ctx.report(0, 5, f"building A ({labels[0]}) and B ({labels[1]})")
-        exp.build_a = await asyncio.to_thread(_build, ctx, base, ref)
-        exp.build_b = await asyncio.to_thread(_build, ctx, [*base, inp.patch], ref)
+        exp.build_a = await _build(ctx, base, ref)
+        exp.build_b = await _build(ctx, [*base, inp.patch], ref)
+        _same_protected(ctx, exp)
         await ctx.report(1, 5, f"screening at {ctx.profile.decision.densities[-1]} clients "
                          f"(A {exp.build_a}, B {exp.build_b})")
         await _screen(ctx, exp)
@@ -231,6 +248,8 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
         if exp.screening.final.verdict == "improved" and load_ok:
             await _survivor(ctx, exp, store, labels)
         exp.decision, exp.reason = _decide(exp)
+    except ProtectedArtifact as exc:  # before any flash: nothing to judge
+        exp.decision, exp.reason = "dropped", exc.problem
     except abtest.ParityMismatch as exc:  # before B's windows: nothing else to judge
         exp.gates = [g for g in exp.gates if g.name == "declared_parity"]
         exp.decision, exp.reason = "dropped", exc.problem
@@ -267,4 +286,4 @@ def summarize(exp: Experiment) -> ExperimentOutput:
 SPEC = ToolSpec(name="experiment", description=describe(__doc__), input=ExperimentInput,
                 output=ExperimentOutput, run=run, effect="destructive",
                 requires=frozenset({"lease", "board_healthy", "env_pinned", "topology_asserted"}),
-                budget_class="measure", counts_as_flash=True)
+                budget_class="measure", counts_as_flash=True, precheck=_precheck)

@@ -2,7 +2,8 @@
 governor/boost, topology, process manager, associated clients.
 
 Read-only and cheap (a dozen round trips on the persistent channel): call it first, and
-whenever a result looks surprising.
+whenever a result looks surprising. A DUT that does not answer (off, rebooting) is
+`reachable: false` with a remedy for this kind of lab, not an error; the next call reconnects.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import time
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.devtext import UNTRUSTED_NOTE, DeviceText
+from labwarden.core.devtext import DeviceProse, DeviceText
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import knobs
 from labwarden.lab.boardstate import BoardHealth
 from labwarden.lab.dut import datamodel, procs
+from labwarden.lab.dut.errors import CommandTimeout, ConnectionLost, Unreachable
 from labwarden.tools.context import LabContext
 
 
@@ -30,8 +32,8 @@ class LabStatusOutput(BaseModel):
     target_pid: int | None
     running_version: DeviceText | None = Field(None, description="`--version` of the running image")
     board_health: BoardHealth
-    health_reason: str | None = Field(json_schema_extra={"x-untrusted": UNTRUSTED_NOTE},
-                                      description="why the board is not good (DUT output quoted)")
+    health_reason: DeviceProse | None = Field(description="why the board is not good (DUT "
+                                              "output quoted)")
     flashed_build: str | None
     fingerprint_verified: bool = Field(description="verified since the last flash")
     knobs: list[knobs.KnobState]
@@ -41,13 +43,23 @@ class LabStatusOutput(BaseModel):
     stray_output: list[DeviceText] = Field(
         default_factory=list, description="what the DUT printed outside any reply on the command "
         "channel this session (a login banner, an rc file): discarded from every result")
+    remedy: str | None = Field(None, description="when unreachable: what to do (for this kind "
+                               "of lab)")
 
 
 async def run(ctx: LabContext, inp: LabStatusInput) -> LabStatusOutput:
     prof, dev = ctx.profile, ctx.device
     state = ctx.state
     t0 = time.perf_counter()
-    await dev.run(["true"], timeout=10)
+    try:
+        await dev.run(["true"], timeout=10)
+    except (Unreachable, ConnectionLost, CommandTimeout) as exc:
+        return LabStatusOutput(
+            reachable=False, target_process=prof.target.process, target_pid=None,
+            board_health=state.board_health, health_reason=state.health_reason,
+            flashed_build=state.flashed_build, fingerprint_verified=state.fingerprint_ok(),
+            knobs=[], topology=None, problems=[f"the DUT does not answer: {exc.problem}"],
+            remedy=exc.remedy)
     rtt = round((time.perf_counter() - t0) * 1000, 3)
     proc = await procs.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
     version = None

@@ -1,9 +1,11 @@
 """patch_submit: submit a unified diff as a new firmware patch -- checked to apply on the base
 (ref + base patches) and to compile, refused if it touches a path the profile protects; stored
 content-addressed with its author, then usable by `build` and `experiment` by its id.
+The files it touches are what git changes when it applies it (any diff form counts); a patch that
+changes a protected output's code by any route (its source, a header, a build rule) is refused too.
 
-Host only: the diff reaches only `git apply` in a clean worktree and the profile's build
-command, never a shell. A diff that does not apply returns git's lines; one that does not
+Host only: the diff reaches only `git apply` and the profile's build command, confined, never a
+shell. A diff that does not apply returns git's lines; one that does not
 compile returns the compiler's failing lines. The `patches` resource lists what is stored.
 """
 
@@ -15,8 +17,8 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import builder, patchstore
-from labwarden.lab.host.patchstore import PatchMeta, PatchStore, ProtectedPath
-from labwarden.tools.build import recipe
+from labwarden.lab.host.patchstore import PatchMeta, PatchStore, ProtectedArtifact, ProtectedPath
+from labwarden.tools.build import compiled, recipe
 from labwarden.tools.context import LabContext
 
 
@@ -39,7 +41,8 @@ class PatchSubmitOutput(BaseModel):
     base_commit: str
     base_patches: list[str]
     build_id: str = Field(description="base + this patch, compiled")
-    author: str | None
+    author: str | None = Field(description="the session that submitted it, when it is one of "
+                               "this client's principal (else null)")
     cached: bool = Field(description="the same diff was submitted before under this name")
 
 
@@ -47,30 +50,45 @@ def store(ctx: LabContext) -> PatchStore:
     return PatchStore(ctx.data_dir / "patches")
 
 
+def _changed(rec: builder.BuildRecipe, ref: str, base_patches: list[str], diff: str,
+             name: str) -> list[str]:
+    base = builder.git(rec.repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
+    earlier = [builder.resolve_patch(p, rec.patches_dirs).data for p in base_patches]
+    return patchstore.changed_paths(rec.repo, base, earlier, patchstore.normalized(diff), name)
+
+
 async def run(ctx: LabContext, inp: PatchSubmitInput) -> PatchSubmitOutput:
     pid, sha = patchstore.patch_id(inp.name, inp.diff)
-    files = patchstore.diff_paths(inp.diff)
-    hit = patchstore.protected(files, ctx.profile.build.protected)
+    section = ctx.profile.build
+    rec = recipe(ctx)
+    files = await asyncio.to_thread(_changed, rec, inp.ref, inp.base_patches, inp.diff,
+                                    f"{pid}.patch")
+    hit = patchstore.protected(files, section.protected)
     if hit:
-        raise ProtectedPath(hit, ctx.profile.build.protected)
+        raise ProtectedPath(hit, section.protected)
     patches = store(ctx)
     known = patches.meta(pid)
     if known is not None and known.base_patches == inp.base_patches and known.build_id:
         return PatchSubmitOutput(patch_id=pid, files=known.files, base_commit=known.base_commit,
                                  base_patches=known.base_patches, build_id=known.build_id,
-                                 author=known.author, cached=True)
+                                 author=patches.shown(known, ctx.principal).author, cached=True)
     pending = patches.pending(pid, inp.diff)
     await ctx.report(1, 3, f"checking that {inp.name} applies on {inp.ref} + "
                      f"{inp.base_patches or 'no patches'} and compiles")
     try:
-        manifest, _ = await asyncio.to_thread(builder.build, recipe(ctx),
-                                              [*inp.base_patches, str(pending)], inp.ref)
+        manifest, _ = await compiled(rec, [*inp.base_patches, str(pending)], inp.ref)
+        if section.protected_artifacts:  # the base's outputs: usually a cached build
+            base, _ = await compiled(rec, inp.base_patches, inp.ref)
+            moved = builder.changed_outputs(base, manifest, section.protected_artifacts)
+            if moved:
+                raise ProtectedArtifact(moved, f"the patch (it changes {', '.join(files[:8])})")
     except BaseException:
         pending.unlink(missing_ok=True)
         raise
     meta = PatchMeta(id=pid, name=inp.name, sha256=sha, files=files, ref=inp.ref,
                      base_commit=manifest.base, base_patches=inp.base_patches,
-                     build_id=manifest.build_id, author=ctx.session_id, summary=inp.summary,
+                     build_id=manifest.build_id, author=ctx.session_id, principal=ctx.principal,
+                     summary=inp.summary,
                      submitted_at=patchstore.now())
     patches.store(pending, meta)
     await ctx.report(3, 3, f"stored as {pid}")

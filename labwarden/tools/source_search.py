@@ -1,5 +1,6 @@
 """source_search: search the firmware sources at a ref -- a regular expression, file:line hits
-with context lines, paged (ripgrep when installed, else a Python fallback; same results).
+with context lines, paged (ripgrep when installed, else a Python fallback in a child process
+stopped after 10 s; same results).
 
 Read-only, host only: the tree of that commit, extracted once; nothing is checked out or
 changed. `path_glob` narrows the files (e.g. '*.c'); results are capped per page and
@@ -14,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from labwarden.core.spec import ToolInput, ToolSpec, describe
-from labwarden.lab.host import sourcetree
+from labwarden.lab.host import grepworker, sourcetree
 from labwarden.lab.host.sourcetree import Hit
 from labwarden.tools.context import LabContext
 
@@ -49,8 +50,14 @@ def tree(ctx: LabContext, ref: str) -> tuple[str, Path]:
 
 async def run(ctx: LabContext, inp: SourceSearchInput) -> SourceSearchOutput:
     commit, root = await asyncio.to_thread(tree, ctx, inp.ref)
-    hits, engine = await asyncio.to_thread(sourcetree.search, root, inp.pattern, inp.path_glob,
-                                           inp.context)
+    rg = sourcetree.ripgrep()
+    if rg is not None:  # a linear-time engine, in its own process
+        hits = await asyncio.to_thread(sourcetree.search_ripgrep, rg, root, inp.pattern,
+                                       inp.path_glob, inp.context)
+        engine = "ripgrep"
+    else:  # Python's re backtracks: in a child process the server kills (grepworker.py)
+        hits = await grepworker.search(root, inp.pattern, inp.path_glob, inp.context)
+        engine = "python"
     page = hits[inp.offset:inp.offset + inp.limit]
     nxt = inp.offset + inp.limit
     return SourceSearchOutput(commit=commit, engine=engine, total=len(hits),

@@ -35,6 +35,7 @@ from labwarden.core.events import (
     ModelCall,
     Note,
     RequestRefused,
+    RequestServed,
     ResourceRead,
     SessionEnded,
     SessionStarted,
@@ -131,6 +132,16 @@ def spans(session_id: str, events: list[StoredEvent]) -> ExportTraceServiceReque
             span.attributes.extend(_attrs({**common, "mcp.method.name": "resources/read",
                                            "mcp.resource.uri": ev.uri,
                                            "error.type": None if ev.ok else "resource_error"}))
+            if not ev.ok:
+                span.status.CopyFrom(Status(code=Status.STATUS_CODE_ERROR, message=ev.error or ""))
+            out.append(span)
+        elif isinstance(ev, RequestServed):
+            span = Span(trace_id=trace_id, span_id=sid, parent_span_id=root_id, name=ev.method,
+                        kind=Span.SPAN_KIND_SERVER, start_time_unix_nano=_ns(ev.ts),
+                        end_time_unix_nano=_ns(ev.ts))
+            span.attributes.extend(_attrs({**common, "mcp.method.name": ev.method,
+                                           "gen_ai.prompt.name": ev.name,
+                                           "error.type": None if ev.ok else "request_error"}))
             if not ev.ok:
                 span.status.CopyFrom(Status(code=Status.STATUS_CODE_ERROR, message=ev.error or ""))
             out.append(span)

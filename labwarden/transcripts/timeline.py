@@ -12,6 +12,7 @@ from labwarden.core.events import (
     ModelCall,
     Note,
     RequestRefused,
+    RequestServed,
     ResourceRead,
     SessionEnded,
     SessionStarted,
@@ -104,6 +105,10 @@ def _row(s: StoredEvent, t0: float, tot: Totals) -> Row:
         row.what, row.detail = ev.author, _short(ev.text, 200)
     elif isinstance(ev, ResourceRead):
         row.what, row.detail = ev.uri, ev.error or f"{ev.chars} chars"
+        row.status = "ok" if ev.ok else "error"
+    elif isinstance(ev, RequestServed):
+        row.what = ev.method + (f" {ev.name}" if ev.name else "")
+        row.detail = ev.error or f"{ev.items} items"
         row.status = "ok" if ev.ok else "error"
     elif isinstance(ev, RequestRefused):
         row.what = ev.method or ev.transport

@@ -56,7 +56,9 @@ class VlabLayout:
 
     @property
     def socket(self) -> Path:
-        return self.run_dir / "stad.sock"
+        """stad's RPC socket, in a directory of its own: the only one the confined services
+        write (vlab/confine.py)."""
+        return self.run_dir / "sta" / "stad.sock"
 
     # host side
     @property

@@ -17,6 +17,9 @@ PROTECTED = ["stamon.c", "stasim.c", "stacli.c", "measure.sh", "costs.h", "work.
 """What a submitted patch may not touch on the vlab: the monitor (the offered load), the load
 side, the RPC client measurements query the datamodel with, the dev-machine measurement script,
 and the calibrated work loop with its costs (the vlab's physics: lowering a cost is not a fix)."""
+PROTECTED_ARTIFACTS = ["stamon", "stasim", "stacli"]
+"""The monitor, the load side and the RPC client the measurements use: their code is the
+workload's, whatever route (a source, a header, a build rule) would change it."""
 
 PARITY_CHECK = r"""S=$1
 first() { printf '%s\n' "$1" | head -n 1; }
@@ -93,6 +96,7 @@ extra_outputs = {json.dumps(firmware.LOADGEN)}
 patches_dirs = {json.dumps([str(d) for d in firmware.patches_dirs(layout)])}
 baseline = {_q(manifest.build_id)}
 protected = {json.dumps(PROTECTED)}
+protected_artifacts = {json.dumps(PROTECTED_ARTIFACTS)}
 
 [flash]
 kind = "vlab"

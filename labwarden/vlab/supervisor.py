@@ -9,10 +9,12 @@ import asyncio
 import contextlib
 import ctypes
 import logging
+import os
 import signal
 import time
 
 from labwarden.lab import uci
+from labwarden.vlab import confine
 from labwarden.vlab.layout import SERVICES, VlabLayout
 
 log = logging.getLogger("labwarden.vlab.supervisor")
@@ -44,13 +46,27 @@ class ProcessManager:
 
     async def _spawn(self, name: str) -> asyncio.subprocess.Process:
         logf = (self.layout.logs / f"{name}.log").open("ab")
-        proc = await asyncio.create_subprocess_exec(
-            *self.argv(name), stdin=asyncio.subprocess.DEVNULL, stdout=logf, stderr=logf,
-            env=self.layout.dut_env(), cwd=str(self.layout.root), preexec_fn=_die_with_parent)
-        logf.close()
+        argv, keep, info_r = self.argv(name), (), None
+        if confine.available():  # the firmware runs as nobody, not root (vlab/confine.py)
+            info_r, info_w = os.pipe()
+            argv, keep = confine.wrap(argv, self.layout, info_w), (info_w,)
+        else:
+            self.layout.socket.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=logf, stderr=logf,
+                env=self.layout.dut_env(), cwd=str(self.layout.root), preexec_fn=_die_with_parent,
+                pass_fds=keep)
+        finally:
+            logf.close()
+            for fd in keep:
+                os.close(fd)
+        pid: int | None = proc.pid
+        if info_r is not None:  # the service's own pid, not bwrap's
+            pid = await asyncio.to_thread(confine.child_pid, info_r)
         self.procs[name] = proc
-        (self.layout.run_dir / f"{name}.pid").write_text(f"{proc.pid}\n")
-        log.info("started %s pid %d", name, proc.pid)
+        (self.layout.run_dir / f"{name}.pid").write_text(f"{pid or proc.pid}\n")
+        log.info("started %s pid %s", name, pid)
         if name == "stad":  # stamon needs the socket: wait for stad to listen
             deadline = time.monotonic() + 5
             while not self.layout.socket.exists() and time.monotonic() < deadline:

@@ -195,7 +195,7 @@ class Commands:
                 raise Unreachable(f"{self.addr} did not answer a command within {timeout:g} s "
                                   f"({tries} tries); last: {last.problem}",
                                   "is the DUT still booting? wait longer, or check its console; "
-                                  "`labwarden vlab status` for the vlab") from last
+                                  + self.connection.remedy) from last
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 

@@ -43,9 +43,12 @@ class Connection:
     """One pinned-key SSH connection to `endpoint`; the sessions on it (channel, SFTP) belong to
     their users, who notice a new connection by its identity (`current`)."""
 
-    def __init__(self, endpoint: SshEndpoint, *, connect_timeout: float, retries: int):
-        """`retries` is the number of connection attempts before Unreachable (at least one)."""
+    def __init__(self, endpoint: SshEndpoint, *, connect_timeout: float, retries: int,
+                 remedy: str | None = None):
+        """`retries` is the number of connection attempts before Unreachable (at least one);
+        `remedy` is what Unreachable tells to do (the lab's kind knows: lab/reach.py)."""
         self.endpoint = endpoint
+        self.remedy = remedy or ("is the DUT up? check [dut.ssh] host/port in the lab profile")
         self.connect_timeout = connect_timeout
         self.retries = max(1, retries)
         self.addr = f"{endpoint.host}:{endpoint.port}"
@@ -140,6 +143,4 @@ class Connection:
             why = f"dropped the SSH handshake ({exc.reason})"
         else:
             why = f"could not be reached ({exc})"
-        return Unreachable(f"{self.addr} {why} ({tries} tries over {elapsed:.1f} s)",
-                           "is the DUT up? `labwarden vlab status`; check [dut.ssh] host/port in the "
-                           "lab profile")
+        return Unreachable(f"{self.addr} {why} ({tries} tries over {elapsed:.1f} s)", self.remedy)

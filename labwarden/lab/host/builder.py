@@ -6,6 +6,8 @@ A build directory `builds/<build_id>/` holds
   under `usr/lib/debug/.build-id/xx/rest.debug` (perf's layout: a mismatched build-id is refused);
 - `manifest.json`: git hash, and per file its DUT path, sha256 and ELF build-id.
 The build command and artifacts come from a `BuildRecipe` (the lab profile's [build] section).
+A patch can change every file the build command reads, so the command runs confined
+(lab/host/sandbox.py): it writes only the worktree and `out/`; git and the packaging run here.
 """
 
 from __future__ import annotations
@@ -15,15 +17,18 @@ import os
 import shutil
 import subprocess
 import tarfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from elftools.common.exceptions import ELFError
 from pydantic import BaseModel, Field
 
-from labwarden.core.errors import LabError
+from labwarden.core.errors import ErrorKind, LabError
 from labwarden.core.paths import check_name, contained, is_regular_file, within
 from labwarden.lab import elfsym
 from labwarden.lab.config import BuildSection
+from labwarden.lab.host import sandbox
 
 # Fixed identity and dates: the same sources and patches give the same commit on every machine.
 _GIT_ENV = {
@@ -38,9 +43,10 @@ class BuildError(LabError):
 
     kind = "build"
 
-    def __init__(self, stage: str, lines: list[str], remedy: str = "fix the lines above"):
+    def __init__(self, stage: str, lines: list[str], remedy: str = "fix the lines above",
+                 kind: ErrorKind | None = None):
         self.stage = stage
-        super().__init__(f"{stage} failed", remedy, lines=lines)
+        super().__init__(f"{stage} failed", remedy, kind=kind, lines=lines)
 
 
 class BuildRecipe(BaseModel):
@@ -53,6 +59,8 @@ class BuildRecipe(BaseModel):
     patches_dirs: list[Path] = Field(default_factory=list, description="where patch ids are looked up")
     strip: str = Field("strip", description="the toolchain's strip ([build] strip); its objcopy "
                        "is the same name with objcopy for strip")
+    limits: sandbox.Limits = Field(default_factory=sandbox.Limits,
+                                   description="what the confined build command may spend and read")
 
     def objcopy(self) -> str:
         head, sep, _ = self.strip.rpartition("strip")
@@ -82,7 +90,11 @@ def recipe_of(section: BuildSection, rootfs: str) -> BuildRecipe:
                        rootfs=rootfs, command=section.command, artifacts=section.artifacts,
                        extra_outputs=section.extra_outputs,
                        patches_dirs=[Path(d).expanduser() for d in section.patches_dirs],
-                       strip=section.strip)
+                       strip=section.strip,
+                       limits=sandbox.Limits(timeout_s=section.timeout_s,
+                                             memory_mb=section.memory_mb,
+                                             readonly_paths=[Path(p).expanduser()
+                                                             for p in section.readonly_paths]))
 
 
 def git(repo: Path, *args: str) -> str:
@@ -157,14 +169,17 @@ def sha256_file(path: Path) -> str:
 
 
 def _remove_worktree(repo: Path, tree: Path) -> None:
-    subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
-                   capture_output=True)
+    # removed as files, not by `git worktree remove`: the confined build owned the tree, and
+    # git refuses to open a repository another uid owns
+    shutil.rmtree(tree, ignore_errors=True)
     subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
 
 
 def build(recipe: BuildRecipe, patches: list[str] | None = None, ref: str = "HEAD",
-          progress: Callable[[str], None] = lambda _m: None) -> tuple[BuildManifest, bool]:
-    """Build (ref + patches); returns (manifest, cached). Raises BuildError with failing lines."""
+          progress: Callable[[str], None] = lambda _m: None,
+          stop: threading.Event | None = None) -> tuple[BuildManifest, bool]:
+    """Build (ref + patches); returns (manifest, cached). Raises BuildError with failing lines.
+    `stop` set (the caller was cancelled: the session's wall time) ends the build command."""
     patch_files = [resolve_patch(p, recipe.patches_dirs) for p in (patches or [])]
     base = git(recipe.repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
     key = build_key(base, patch_files, recipe)
@@ -192,17 +207,29 @@ def build(recipe: BuildRecipe, patches: list[str] | None = None, ref: str = "HEA
         if patch_files:
             git(tree, "commit", "-q", "-m", "apply " + " ".join(p.name for p in patch_files))
         git_hash = git(tree, "rev-parse", "HEAD")
-        fill = {"out": str(out / "out"), "git_hash": git_hash, "jobs": str(os.cpu_count() or 1)}
+        fill = {"out": sandbox.OUT, "git_hash": git_hash, "jobs": str(os.cpu_count() or 1)}
         argv = [arg.format(**fill) for arg in recipe.command]
-        progress("compiling: " + " ".join(argv[:3]) + (" ..." if len(argv) > 3 else ""))
-        res = subprocess.run(argv, cwd=tree, capture_output=True, text=True)
-        (out / "build.log").write_text(res.stdout + res.stderr)
+        (out / "out").mkdir()
+        progress("compiling (confined): " + " ".join(argv[:3]) + (" ..." if len(argv) > 3 else ""))
+        res = sandbox.run(argv, tree=tree, out=out / "out", limits=recipe.limits,
+                          log=out / "build.log", stop=stop)
+        if res.stopped:
+            raise BuildError("compile", [f"stopped after {res.duration_s:g} s"],
+                             "the session's wall time ran out; its processes were killed",
+                             kind="timeout")
+        if res.timed_out:
+            raise BuildError("compile", [f"ran past [build] timeout_s = "
+                                         f"{recipe.limits.timeout_s:g} s; its processes were killed"],
+                             "make the build faster, or raise [build] timeout_s", kind="timeout")
         if res.returncode != 0:
-            lines = (res.stderr + res.stdout).splitlines()
-            errors = [ln for ln in lines if "error" in ln.lower()] or lines
+            lines = res.output.splitlines()
+            # the compiler's error lines; when only make's own summary says "Error", the tail
+            errors = [ln for ln in lines if "error" in ln.lower() and not ln.startswith("make")] \
+                or lines
             raise BuildError("compile", errors[-20:], "fix the code (the lines above)")
         progress("packaging: strip, symfs, image")
         manifest = _package(recipe, out, key, base, git_hash, patch_files)
+        shutil.rmtree(out / "out")  # the build's own files: packaged, and owned by its uid
     except BaseException:
         _remove_worktree(recipe.repo, tree)
         shutil.rmtree(out, ignore_errors=True)
@@ -210,6 +237,45 @@ def build(recipe: BuildRecipe, patches: list[str] | None = None, ref: str = "HEA
     _remove_worktree(recipe.repo, tree)
     manifest_path.write_text(manifest.model_dump_json(indent=2))  # written last: marks complete
     return manifest, False
+
+
+def fingerprint(path: Path, git_hash: str, build_id: str | None) -> str:
+    """sha256 of a built file with what differs between any two builds of the same code zeroed:
+    the commit hash every binary embeds and the ELF build-id (a hash over the rest). The build
+    runs at fixed paths (/build/src, /build/out), so the same sources give the same bytes."""
+    data = path.read_bytes().replace(git_hash.encode(), b"0" * len(git_hash))
+    if build_id:
+        data = data.replace(bytes.fromhex(build_id), bytes(len(build_id) // 2))
+    return hashlib.sha256(data).hexdigest()
+
+
+def fingerprints(manifest: BuildManifest, names: list[str]) -> dict[str, str]:
+    """The fingerprint of each named output of a build: an artifact (its stripped file) or an
+    extra output kept beside the image; 'absent' when the build has none of that name."""
+    out = Path(manifest.image).parent
+    found: dict[str, str] = {}
+    for name in names:
+        art = next((a for a in manifest.artifacts if a.name == name), None)
+        path = Path(manifest.symfs) / art.path.lstrip("/") if art else out / name
+        if path.is_symlink() or not path.is_file():
+            found[name] = "absent"
+            continue
+        bid = art.build_id if art else _build_id_or_none(path)
+        found[name] = fingerprint(path, manifest.git_hash, bid)
+    return found
+
+
+def _build_id_or_none(path: Path) -> str | None:
+    try:
+        return elfsym.build_id(path) or None
+    except ELFError:  # not an ELF file (a script): its bytes as they are
+        return None
+
+
+def changed_outputs(a: BuildManifest, b: BuildManifest, names: list[str]) -> list[str]:
+    """The named outputs whose code differs between two builds."""
+    fa, fb = fingerprints(a, names), fingerprints(b, names)
+    return [n for n in names if fa[n] != fb[n]]
 
 
 def _package(recipe: BuildRecipe, out: Path, key: str, base: str, git_hash: str,
@@ -220,8 +286,8 @@ def _package(recipe: BuildRecipe, out: Path, key: str, base: str, git_hash: str,
     artifacts: list[Artifact] = []
     for name, rel in recipe.artifacts.items():
         built = out / "out" / name
-        if not built.exists():
-            raise BuildError("package", [f"the build did not produce {name}"],
+        if built.is_symlink() or not built.is_file():  # the build's files are the build's to name
+            raise BuildError("package", [f"the build did not produce {name} (a regular file)"],
                              "check [build] artifacts in the lab profile")
         dest = stage / rel.lstrip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -239,7 +305,7 @@ def _package(recipe: BuildRecipe, out: Path, key: str, base: str, git_hash: str,
     with tarfile.open(image, "w:gz") as tar:
         tar.add(stage, arcname="rootfs")
     for extra in recipe.extra_outputs:
-        if (out / "out" / extra).exists():
+        if (out / "out" / extra).is_file() and not (out / "out" / extra).is_symlink():
             shutil.copy2(out / "out" / extra, out / extra)
     return BuildManifest(build_id=key, git_hash=git_hash, base=base,
                          patches=[p.name for p in patch_files], artifacts=artifacts,

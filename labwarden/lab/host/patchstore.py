@@ -1,8 +1,10 @@
 """Submitted patches: unified diffs written by an agent, checked and stored content-addressed.
 
-A diff is data: its file names are parsed here (relative, no '..', not protected by the
-profile) and the diff itself only ever reaches `git apply` in a clean worktree (the builder),
-never a shell. A stored patch is `<data>/patches/<id>.patch` beside `<id>.json` (who submitted
+A diff is data: it only ever reaches `git apply` (here in a scratch index, in the builder in a
+clean worktree), never a shell. Which files it changes is what git says once it is applied --
+every form git accepts counts (binary hunks, any prefix, quoted names, modes, renames, copies,
+symlinks) -- not what its headers appear to name; a protected one refuses it. A stored patch
+is `<data>/patches/<id>.patch` beside `<id>.json` (who submitted
 it, on which base); its id is `<name>-<sha256 prefix>`, so the same diff under the same name is
 the same patch, and `build` finds it by id like a shipped one.
 """
@@ -13,12 +15,16 @@ import fnmatch
 import hashlib
 import os
 import re
+import subprocess
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
+from labwarden.core.paths import PathRefused, is_regular_file, within
+from labwarden.lab.host.builder import BuildError
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 PATCH_ID = re.compile(r"([a-z0-9][a-z0-9_-]{0,39})-([0-9a-f]{10})")
@@ -43,6 +49,20 @@ class ProtectedPath(LabError):
             "measurement: leave these files alone", code="protected_path", lines=paths)
 
 
+class ProtectedArtifact(LabError):
+    """A patch changes the code of an output the lab profile protects, by whatever route."""
+
+    kind = "refused"
+
+    def __init__(self, outputs: list[str], which: str):
+        super().__init__(
+            f"{which} changes protected build output(s) {', '.join(outputs)} (the profile's "
+            "[build] protected_artifacts): built with and without it, their code differs",
+            "a patch must fix the daemon, not change the monitor or the load side -- through "
+            "their sources, a header they include or the rules that build them",
+            code="protected_path", lines=outputs)
+
+
 class PatchMeta(BaseModel):
     id: str
     name: str
@@ -52,7 +72,9 @@ class PatchMeta(BaseModel):
     base_commit: str
     base_patches: list[str] = Field(default_factory=list)
     build_id: str | None = Field(None, description="base + this patch, compiled")
-    author: str | None = Field(None, description="the transcript session that submitted it")
+    author: str | None = Field(None, description="the transcript session that submitted it "
+                               "(shown only to its own principal)")
+    principal: str | None = Field(None, description="who that session belonged to")
     summary: str | None = None
     submitted_at: datetime
 
@@ -99,6 +121,37 @@ def diff_paths(diff: str) -> list[str]:
     return out
 
 
+def changed_paths(repo: Path, base: str, applied_first: list[bytes], diff: bytes,
+                  name: str = "diff") -> list[str]:
+    """Every path `diff` changes once git applies it on commit `base` + `applied_first` (in a
+    scratch index: no checkout, nothing written to the repository but blobs): content, mode,
+    type (a symlink), creation and deletion; a rename or copy names both paths. Raises
+    BuildError with git's lines when it does not apply (as the build would)."""
+    with tempfile.TemporaryDirectory(prefix="lw-apply-") as tmp:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+
+        def git(*args: str, data: bytes | None = None) -> str:
+            res = subprocess.run(["git", "-C", str(repo), *args], input=data, capture_output=True,
+                                 env=env)
+            if res.returncode != 0:
+                lines = res.stderr.decode(errors="replace").strip().splitlines()[-20:]
+                raise BuildError(f"patch {name}", lines, f"rebase {name} on {base[:12]} + the "
+                                 "base patches (it does not apply)")
+            return res.stdout.decode(errors="surrogateescape")
+
+        git("read-tree", base)
+        for earlier in applied_first:
+            git("apply", "--cached", "-", data=earlier)
+        before = git("write-tree").strip()
+        git("apply", "--cached", "-", data=diff)
+        after = git("write-tree").strip()
+        raw = git("diff-tree", "-r", "-z", "--no-renames", "--raw", before, after)
+    # -z --raw: ":<modes> <shas> <status>\0<path>\0" per change (one path: renames are off)
+    fields = raw.split("\0")
+    return sorted({path for meta, path in zip(fields[::2], fields[1::2], strict=False)
+                   if meta.startswith(":")})
+
+
 def protected(paths: list[str], globs: list[str]) -> list[str]:
     """The paths a glob of the profile protects (matched on the path and on the file name)."""
     return [p for p in paths
@@ -125,11 +178,37 @@ class PatchStore:
     def path(self, pid: str) -> Path:
         return self.root / f"{pid}.patch"
 
+    def _stored(self, name: str) -> Path | None:
+        """A stored file, resolved inside the store (a symlink planted here that leads out, or
+        dangles, is no stored file)."""
+        try:
+            path = within(self.root, name, what="patch id")
+        except PathRefused:
+            return None
+        return path if is_regular_file(path) else None
+
     def meta(self, pid: str) -> PatchMeta | None:
         if not PATCH_ID.fullmatch(pid):
             return None
-        path = self.root / f"{pid}.json"
-        return PatchMeta.model_validate_json(path.read_text()) if path.is_file() else None
+        path = self._stored(f"{pid}.json")
+        if path is None:
+            return None
+        try:
+            return PatchMeta.model_validate_json(path.read_text())
+        except ValueError:  # not a meta file this labwarden wrote
+            return None
+
+    def diff(self, pid: str) -> str | None:
+        path = self._stored(f"{pid}.patch") if PATCH_ID.fullmatch(pid) else None
+        return path.read_text(errors="replace") if path is not None else None
+
+    @staticmethod
+    def shown(meta: PatchMeta, principal: str | None) -> PatchMeta:
+        """The meta as a client of `principal` may see it: another principal's session id
+        (the author) is not theirs to know."""
+        if meta.principal is not None and meta.principal == principal:
+            return meta
+        return meta.model_copy(update={"author": None, "principal": None})
 
     def pending(self, pid: str, diff: str) -> Path:
         """Where a diff waits while it is checked: under its final name (builds record patch

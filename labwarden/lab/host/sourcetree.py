@@ -157,8 +157,12 @@ def search_ripgrep(rg: str, root: Path, pattern: str, glob: str | None, context:
             "-e", pattern]
     if glob:
         argv += ["-g", glob]
-    out = subprocess.run([*argv, "--", "."], cwd=root, capture_output=True, text=True,
-                         timeout=SEARCH_SECONDS)
+    try:
+        out = subprocess.run([*argv, "--", "."], cwd=root, capture_output=True, text=True,
+                             timeout=SEARCH_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise SourceError(f"pattern: the search took over {SEARCH_SECONDS:g} s and was stopped",
+                          "use a simpler pattern or a path_glob") from None
     if out.returncode == 2:
         raise SourceError(f"pattern: ripgrep refused it: {out.stderr.strip()[-200:]}",
                           "escape special characters, e.g. 'hal_get\\(' ")
@@ -180,10 +184,16 @@ def search_ripgrep(rg: str, root: Path, pattern: str, glob: str | None, context:
     return sorted(hits, key=lambda h: (h.path, h.line))
 
 
+def ripgrep() -> str | None:
+    """ripgrep's path, when it is installed."""
+    return shutil.which("rg")
+
+
 def search(root: Path, pattern: str, glob: str | None = None, context: int = 2,
            engine: str | None = None) -> tuple[list[Hit], str]:
-    """Every hit, sorted by (path, line); and the engine used ('ripgrep' or 'python')."""
-    rg = shutil.which("rg") if engine in (None, "ripgrep") else None
+    """Every hit, sorted by (path, line); and the engine used ('ripgrep' or 'python'). In this
+    process: a server searches through tools/source_search (the fallback in a child process)."""
+    rg = ripgrep() if engine in (None, "ripgrep") else None
     if rg is not None:
         return search_ripgrep(rg, root, pattern, glob, context), "ripgrep"
     return search_python(root, pattern, glob, context), "python"

@@ -249,10 +249,23 @@ SCRIPT_FIELDS = "comm,pid,tid,time,event,ip,sym,dso"
 """FACTS: inferno needs `event`; `--no-inline` is ~5x faster on big libraries."""
 
 
+def _own_pids() -> list[str]:
+    """perf script, run in a pid namespace of its own (and a /proc showing only it). When a
+    recorded pid is alive on this host in another mount namespace -- the vlab's confined
+    services, or a container whose pid a DUT's pid happens to equal -- perf enters that
+    namespace to read the DSOs, where the symfs is not, and drops every call chain."""
+    if shutil.which("unshare") is None:
+        return []
+    own = ["unshare", "--pid", "--fork", "--mount-proc"]
+    if os.geteuid() != 0:
+        own[1:1] = ["--user", "--map-root-user"]
+    return [*own, "--"]
+
+
 def script_argv(perf: str, perf_data: Path, symfs: Path, kallsyms: Path, empty_buildid_dir: Path,
                 fast: bool = True) -> list[str]:
     """`perf script` on a symfs; perf's own ~/.debug cache is kept out by an empty buildid dir."""
-    argv = [perf, "--buildid-dir", str(empty_buildid_dir), "script", "-i", str(perf_data),
+    argv = [*_own_pids(), perf, "--buildid-dir", str(empty_buildid_dir), "script", "-i", str(perf_data),
             "--symfs", str(symfs), "--kallsyms", str(kallsyms)]
     return [*argv, "-F", SCRIPT_FIELDS, "--no-inline"] if fast else argv
 
@@ -266,7 +279,7 @@ def sampled_dsos(perf: str, perf_data: Path, kallsyms: Path, empty_dir: Path) ->
 
     A system-wide recording maps every process of the DUT (244 DSOs, 255 MB on a busy host
     here) while its samples touch a dozen: the symfs is made of those only."""
-    argv = [perf, "--buildid-dir", str(empty_dir), "script", "-i", str(perf_data), "--symfs",
+    argv = [*_own_pids(), perf, "--buildid-dir", str(empty_dir), "script", "-i", str(perf_data), "--symfs",
             str(empty_dir), "--kallsyms", str(kallsyms), "-F", "ip,dso"]
     found: set[str] = set()
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as p:

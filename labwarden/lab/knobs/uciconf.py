@@ -19,7 +19,7 @@ from labwarden.lab.knobs.base import Knob, KnobState, run_reload
 class Topology(BaseModel):
     vaps_enabled: list[DeviceText]
     vaps_disabled: list[DeviceText]
-    channels: dict[str, DeviceText]
+    channels: dict[DeviceText, DeviceText]
 
 
 async def _uci_edit(knob: Knob, path: str, edit: Callable[[list[uci.Section]], list[str]]) -> list[str]:
