@@ -52,7 +52,7 @@ def test_a_tool_the_lab_cannot_run_is_refused_at_the_cli_door(vlab: VlabLayout) 
     assert "refused" in res.output and "does not apply to this lab" in res.output, res.output
     assert "iperf3" in res.output and "remedy" in res.output
     with TranscriptStore(vlab.data_dir / "transcripts.db") as store:
-        events = [e.event for e in store.events(store.sessions()[-1].id)]
+        events = [e.event for e in store.events(store.sessions()[0].id)]
     refusals = [e for e in events if e.kind == "guard_decision" and e.code == "not_applicable"]
     assert refusals and refusals[-1].tool == "traffic_sweep"
 

@@ -144,6 +144,30 @@ async def test_the_lease_is_renewed_while_a_call_runs(lab: VlabLayout) -> None:
         await rival.release()
 
 
+async def test_a_renewal_takes_back_a_lease_a_reboot_wiped(lab: VlabLayout) -> None:
+    """A flash reboots the DUT and its run dir (a tmpfs) loses the lease mid-experiment: the next
+    renewal takes it again, atomically -- and never one another holder took in between."""
+    prof = LabProfile.from_file(lab.lab_toml)
+    lease_file = lab.run_dir / "labwarden.lease"
+    async with Device(prof.ssh_endpoint()) as dev:
+        mine = Lease(dev, prof.dut.paths.run, holder_name("tester", "s-flash"), ttl_s=60)
+        rival = Lease(dev, prof.dut.paths.run, holder_name("tester", "s-rival"), ttl_s=60)
+        try:
+            assert await mine.acquire() is None
+            lease_file.unlink()  # the reboot
+            assert await mine.renew(), "a wiped lease must be taken back by its holder's renewal"
+            assert lease_file.read_text().split()[0] == mine.holder
+            lease_file.unlink()
+            assert await rival.acquire() is None  # the rival was first after this reboot
+            assert not await mine.renew(), "a renewal must never take a live holder's lease"
+            assert lease_file.read_text().split()[0] == rival.holder
+        finally:
+            await rival.release()
+            await mine.release()
+            for stale in lab.run_dir.glob("labwarden.lease*"):
+                stale.unlink()
+
+
 async def test_eight_contenders_for_an_expired_lease_leave_one_holder(lab: VlabLayout) -> None:
     prof = LabProfile.from_file(lab.lab_toml)
     lease_file = lab.run_dir / "labwarden.lease"

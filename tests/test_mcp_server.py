@@ -78,7 +78,7 @@ async def test_a_tool_the_lab_cannot_run_is_refused_with_its_reason(lab: VlabLay
     full = json.loads(schema.contents[0].text)  # type: ignore[union-attr]
     assert set(full) == {"input", "output"} and "loss_max_pct" in json.dumps(full["input"])
     with TranscriptStore(lab.data_dir / "transcripts.db") as store:
-        sid = store.sessions()[-1].id
+        sid = store.sessions()[0].id  # newest first
         calls = [e.event for e in store.events(sid) if e.event.kind == "tool_called"]
     assert calls[-1].call.tool == "saturate" and not calls[-1].call.ok
 

@@ -9,7 +9,9 @@ the place is acquired too: open_lab). The lease is one file, `<run>/labwarden.le
   <lease>.lock`), after reading the lease again inside it: two contenders for an expired lease
   cannot both win, and a renewal never revives a lease somebody else has taken over;
 - a live holder (its expiry in the future) is never taken over: the runner renews the lease
-  while a call runs (runtime/leasekeeper.py), so a sweep longer than the TTL keeps it.
+  while a call runs (runtime/leasekeeper.py), so a sweep longer than the TTL keeps it;
+- a renewal that finds no lease file takes it again with the same atomic `ln`: the run dir is
+  a tmpfs on most DUTs, so a flash's reboot wipes the lease in the middle of an experiment.
 Each step is one POSIX sh script on the persistent channel (busybox has all it uses).
 """
 
@@ -39,7 +41,9 @@ read_lease() {
 }
 say() { printf '%s %s %s\n' "$1" "$now" "$line"; }
 read_lease
-if [ "$op" = acquire ] && [ ! -e "$f" ]; then
+# no lease at all: taken with one atomic ln -- a free acquire, or a renewal whose lease a reboot
+# wiped (the run dir is a tmpfs and a flash reboots the DUT), never a renewal of someone else's
+if { [ "$op" = acquire ] || [ "$op" = renew ]; } && [ ! -e "$f" ]; then
   printf '%s %s\n' "$me" $((now + ttl)) > "$f.$$" && ln "$f.$$" "$f" 2>/dev/null; rc=$?
   rm -f "$f.$$"
   if [ "$rc" -eq 0 ]; then line="$me $((now + ttl))"; say ok; exit 0; fi
