@@ -1,4 +1,4 @@
-"""The transcript store: SQLite (WAL) through sqlite-utils.
+"""The transcript store: SQLite (WAL), the sqlite3 module (see _Db for why not sqlite-utils).
 
 Every event is a row of `events` whose `hash` covers its canonical body and the previous row's
 hash. `append` commits before it returns, so a returned append is acknowledged: it survives
@@ -22,8 +22,7 @@ import json
 import os
 import secrets
 import sqlite3
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,25 +45,6 @@ from labwarden.core.paths import within
 from labwarden.core.provenance import labwarden_provenance
 from labwarden.transcripts.chain import GENESIS, body_json, link_hash
 from labwarden.transcripts.pricing import tokens_by_kind
-
-
-def _sqlite_utils():  # type: ignore[no-untyped-def]
-    """sqlite-utils, imported without numpy and pandas: it imports them when installed only to
-    map their scalar types to columns, and the transcript stores none (JSON text, ints, floats).
-    numpy alone is ~0.1 s of every CLI command (bench/startup.py). A process that imported numpy
-    already keeps it; one that imports it later gets it as usual."""
-    hidden = [m for m in ("numpy", "pandas") if m not in sys.modules]
-    for m in hidden:
-        sys.modules[m] = None  # type: ignore[assignment]  # import of a None entry: ImportError
-    try:
-        import sqlite_utils
-    finally:
-        for m in hidden:
-            del sys.modules[m]
-    return sqlite_utils
-
-
-sqlite_utils = _sqlite_utils()
 
 
 class TranscriptError(LabError):
@@ -141,6 +121,60 @@ class Checkpoint(BaseModel):
     """Event schema version of the store."""
 
 
+class _Db:
+    """The transcript's SQLite connection, with the two helpers the store uses.
+
+    Plain sqlite3, not sqlite-utils: the store writes a handful of fixed statements, and
+    sqlite-utils (with the numpy, pluggy, click and dateutil it imports) cost ~70 ms of every
+    `labwarden call` -- a third of what a command may add to its tool (bench/startup.py)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self.conn.execute(sql, params)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> Iterator[dict[str, Any]]:
+        cursor = self.conn.execute(sql, params)
+        names = [d[0] for d in cursor.description]
+        for row in cursor:
+            yield dict(zip(names, row, strict=True))
+
+    def insert(self, table: str, row: dict[str, Any]) -> None:
+        """INSERT one row (`table` and the keys are this module's own names, never input)."""
+        cols = ", ".join(f'"{k}"' for k in row)
+        self.conn.execute(f'INSERT INTO "{table}" ({cols}) VALUES ({", ".join("?" * len(row))})',
+                          list(row.values()))
+
+    def rollback(self) -> None:
+        self.conn.rollback()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS "meta" ("key" TEXT PRIMARY KEY, "value" TEXT);
+CREATE TABLE IF NOT EXISTS "sessions" ("id" TEXT PRIMARY KEY, "started_at" TEXT, "client" TEXT,
+  "lab_name" TEXT, "lab_profile" TEXT, "labwarden_version" TEXT, "git_commit" TEXT,
+  "git_dirty" INTEGER, "ended_at" TEXT, "end_reason" TEXT);
+CREATE TABLE IF NOT EXISTS "events" ("id" TEXT NOT NULL, "session_id" TEXT NOT NULL,
+  "seq" INTEGER NOT NULL, "kind" TEXT NOT NULL, "ts" TEXT, "body" TEXT NOT NULL,
+  "prev_hash" TEXT NOT NULL, "hash" TEXT NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS "idx_events_session_id_seq" ON "events" ("session_id", "seq");
+CREATE TABLE IF NOT EXISTS "model_calls" ("event_id" TEXT PRIMARY KEY, "session_id" TEXT,
+  "seq" INTEGER, "model" TEXT, "input_tokens" INTEGER, "output_tokens" INTEGER,
+  "cache_write_5m_tokens" INTEGER, "cache_write_1h_tokens" INTEGER, "cache_read_tokens" INTEGER,
+  "cost_usd" REAL, "pricing_version" TEXT);
+CREATE INDEX IF NOT EXISTS "idx_model_calls_session_id_seq" ON "model_calls" ("session_id", "seq");
+CREATE TABLE IF NOT EXISTS "notes" ("event_id" TEXT PRIMARY KEY, "session_id" TEXT, "seq" INTEGER,
+  "ts" TEXT, "author" TEXT, "text" TEXT);
+"""
+"""The tables (as sqlite-utils wrote them before: databases written then read the same).
+Events are keyed by rowid: nothing looks an event up by its id (a random 64-bit value), and a
+unique index on it would cost every append one more B-tree page written to the WAL."""
+
+
 DEFAULT_DB = Path("labwarden-data/transcripts.db")
 _SIDE_EFFECTS = (ModelCall, Note, SessionEnded)
 """Events that also write another table: always appended in an explicit transaction."""
@@ -159,9 +193,9 @@ class TranscriptStore:
         # driver autocommit: a lone INSERT is then its own transaction, without the implicit
         # BEGIN and the COMMIT the sqlite3 module would add; writes of several statements take
         # the lock explicitly (_write)
-        self.db = sqlite_utils.Database(sqlite3.connect(str(self.path), timeout=timeout_s,
-                                                        isolation_level=None))
-        self.db.enable_wal()
+        self.db = _Db(sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None))
+        if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            self.db.execute("PRAGMA journal_mode=wal")
         self._synchronous = ""
         self._sessions: set[str] = set()
         self._heads: dict[str, tuple[int, str]] = {}
@@ -199,34 +233,17 @@ class TranscriptStore:
 
     def _create_schema(self) -> None:
         db = self.db
-        db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
         row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if row is None:
-            db["meta"].insert({"key": "schema_version", "value": str(SCHEMA_VERSION)})
+            db.insert("meta", {"key": "schema_version", "value": str(SCHEMA_VERSION)})
         elif int(row[0]) > SCHEMA_VERSION:
             raise TranscriptError(f"{self.path} has transcript schema {row[0]}, this labwarden reads "
                                   f"up to {SCHEMA_VERSION}", "upgrade labwarden to read it")
         elif int(row[0]) < SCHEMA_VERSION:  # events of the new version follow: say so for readers
             db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
-        db["sessions"].create({"id": str, "started_at": str, "client": str, "lab_name": str,
-                               "lab_profile": str, "labwarden_version": str, "git_commit": str,
-                               "git_dirty": int, "ended_at": str, "end_reason": str},
-                              pk="id", if_not_exists=True)
-        # keyed by rowid: nothing looks an event up by its id (a random 64-bit value), and a
-        # unique index on it would cost every append one more B-tree page written to the WAL
-        db["events"].create({"id": str, "session_id": str, "seq": int, "kind": str, "ts": str,
-                             "body": str, "prev_hash": str, "hash": str},
-                            not_null={"id", "session_id", "seq", "kind", "body", "prev_hash", "hash"},
-                            if_not_exists=True)
-        db["events"].create_index(["session_id", "seq"], unique=True, if_not_exists=True)
-        db["model_calls"].create({"event_id": str, "session_id": str, "seq": int, "model": str,
-                                  "input_tokens": int, "output_tokens": int, "cache_write_5m_tokens": int,
-                                  "cache_write_1h_tokens": int, "cache_read_tokens": int,
-                                  "cost_usd": float, "pricing_version": str},
-                                 pk="event_id", if_not_exists=True)
-        db["model_calls"].create_index(["session_id", "seq"], if_not_exists=True)
-        db["notes"].create({"event_id": str, "session_id": str, "seq": int, "ts": str, "author": str,
-                            "text": str}, pk="event_id", if_not_exists=True)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -240,7 +257,7 @@ class TranscriptStore:
                             labwarden_version=version, git_commit=commit, git_dirty=dirty,
                             principal=principal, mcp_session_id=mcp_session_id)
         with self._write():
-            self.db["sessions"].insert({"id": sid, "started_at": ev.ts.isoformat(), "client": client,
+            self.db.insert("sessions", {"id": sid, "started_at": ev.ts.isoformat(), "client": client,
                                         "lab_name": lab_name, "lab_profile": lab_profile,
                                         "labwarden_version": version, "git_commit": commit,
                                         "git_dirty": None if dirty is None else int(dirty)})
@@ -329,28 +346,27 @@ class TranscriptStore:
         event.seq = seq
         body = body_json(event)
         digest = link_hash(prev, body)
-        # a plain INSERT on the connection: sqlite-utils' insert() introspects the table and its
-        # execute() parses the SQL and commits by itself; this runs once per tool call
+        # the statement written out: this runs once per tool call
         self.db.conn.execute("INSERT INTO events (id, session_id, seq, kind, ts, body, prev_hash, hash) "
                              "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                              [event.id, session_id, seq, kind, event.ts.isoformat(), body, prev, digest])
         self._side_tables(event)
         if isinstance(event, SessionEnded):
-            self.db["sessions"].update(session_id, {"ended_at": event.ts.isoformat(),
-                                                    "end_reason": event.reason})
+            self.db.execute("UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ?",
+                            [event.ts.isoformat(), event.reason, session_id])
         return seq, prev, digest
 
     def _side_tables(self, ev: EventBase) -> None:
         if isinstance(ev, ModelCall):
             t = tokens_by_kind(ev.usage)
-            self.db["model_calls"].insert({
+            self.db.insert("model_calls", {
                 "event_id": ev.id, "session_id": ev.session_id, "seq": ev.seq, "model": ev.model,
                 "input_tokens": t["input"], "output_tokens": t["output"],
                 "cache_write_5m_tokens": t["cache_write_5m"], "cache_write_1h_tokens": t["cache_write_1h"],
                 "cache_read_tokens": t["cache_read"], "cost_usd": ev.cost_usd,
                 "pricing_version": ev.pricing_version})
         elif isinstance(ev, Note):
-            self.db["notes"].insert({"event_id": ev.id, "session_id": ev.session_id, "seq": ev.seq,
+            self.db.insert("notes", {"event_id": ev.id, "session_id": ev.session_id, "seq": ev.seq,
                                      "ts": ev.ts.isoformat(), "author": ev.author, "text": ev.text})
 
     # -- reading ---------------------------------------------------------------------------
