@@ -11,9 +11,8 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable, MutableMapping
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -32,6 +31,9 @@ from labwarden.core.call import ToolCallRecord
 from labwarden.core.errors import LabError
 from labwarden.core.spec import ToolSpec
 from labwarden.tools import registry
+
+if TYPE_CHECKING:  # typer 0.2x vendors click: these are its classes (the click package is not imported)
+    from typer import _click as click
 
 
 def schema_help(spec: ToolSpec) -> str:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 class CacheCreation(BaseModel):
     """How the cache-write tokens split between the two cache lifetimes."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True, extra="allow")
+    model_config = ConfigDict(extra="allow")
 
     ephemeral_5m_input_tokens: int = 0
     """Tokens written to the 5-minute cache."""
@@ -19,7 +19,7 @@ class CacheCreation(BaseModel):
 class Usage(BaseModel):
     """Token counts of one model call (the API's `usage`; `None` from the API reads as 0)."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True, extra="allow")
+    model_config = ConfigDict(extra="allow")
 
     input_tokens: int = 0
     """Uncached input tokens (after the last cache breakpoint)."""

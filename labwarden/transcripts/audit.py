@@ -14,7 +14,7 @@ import json
 import math
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
+from pydantic import BaseModel, Field, ValidationError, computed_field
 
 from labwarden.core.events import ModelCall, ToolCalled, parse_event
 from labwarden.core.paths import PathRefused
@@ -35,7 +35,6 @@ class Problem(BaseModel):
 
 
 class AuditReport(BaseModel):
-    model_config = ConfigDict(use_attribute_docstrings=True)
 
     session_id: str
     """The audited session."""

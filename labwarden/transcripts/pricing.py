@@ -27,7 +27,7 @@ class UnknownModel(LabError):
 class Prices(BaseModel):
     """USD per million tokens of each usage kind, for one model-id prefix."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     input: Decimal
     """Uncached input."""
@@ -42,7 +42,7 @@ class Prices(BaseModel):
 
 
 class PriceTable(BaseModel):
-    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     version: str
     """Date of the price list the numbers were copied from."""
@@ -63,7 +63,6 @@ class PriceTable(BaseModel):
 class Cost(BaseModel):
     """Dollars of one model call, by usage kind."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True)
 
     model: str
     """The model id as called."""

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
 from labwarden.core.events import (
@@ -56,7 +56,6 @@ class TranscriptError(LabError):
 class StoredEvent(BaseModel):
     """An event as stored: its place in the chain and the event itself."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True)
 
     session_id: str
     """Session id."""
@@ -84,7 +83,6 @@ class EventRow(BaseModel):
 class SessionInfo(BaseModel):
     """One row of `labwarden transcripts list`."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True)
 
     id: str
     """Session id."""
@@ -107,7 +105,6 @@ class SessionInfo(BaseModel):
 class Checkpoint(BaseModel):
     """Count and head hash of a session: exported, it makes truncation detectable."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True)
 
     session_id: str
     """Session id."""
