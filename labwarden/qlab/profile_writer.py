@@ -115,6 +115,7 @@ monitor_config = "stamon"
 monitor_reload = ["service", "stamon", "restart"]
 
 [gates]
+load_drives_cpu = true                 # the daemon's CPU rises with its stations: cpu_monotonic applies
 unknown_frames_pct_max = 1.0
 rss_per_client_kb_max = 64.0
 

@@ -41,7 +41,8 @@ class AssociateOutput(BaseModel):
     associated: int = Field(description="clients the load was asked to hold")
     datamodel_count: int | None = Field(description="clients the DUT itself counts (None: the "
                                         "DUT has no clients reader, so nothing was verified)")
-    per_radio: list[int] = Field(description="datamodel count per VAP, in VAP order")
+    per_radio: list[int] = Field(description="datamodel count per VAP, in VAP order (empty: the "
+                                 "reader gives a total only)")
     even_split: bool = Field(description="max - min per radio <= 1 over all radios")
     duration_s: float
     note: str | None = Field(None, description="why the count was not verified, when it was not")
@@ -74,8 +75,13 @@ async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
                                even_split=True, duration_s=round(time.monotonic() - t0, 2),
                                note=datamodel.NOT_APPLICABLE)
     per_radio = [v for k, v in sorted(counts.items(), key=lambda kv: kv[0]) if k != "total"]
-    per_radio = per_radio[: load.radios] + [0] * (load.radios - len(per_radio))
     await ctx.report(2, 2, f"{n} stations verified in the datamodel")
+    if not per_radio:  # a reader that prints only the total (`N`, documented): no split to check
+        return AssociateOutput(associated=n, datamodel_count=counts["total"], per_radio=[],
+                               even_split=True, duration_s=round(time.monotonic() - t0, 2),
+                               note="the clients reader gives a total only: the split over "
+                               "radios was not checked")
+    per_radio = per_radio[: load.radios] + [0] * (load.radios - len(per_radio))
     return AssociateOutput(associated=n, datamodel_count=counts["total"], per_radio=per_radio,
                            even_split=max(per_radio) - min(per_radio) <= 1,
                            duration_s=round(time.monotonic() - t0, 2))

@@ -1,5 +1,6 @@
-"""sweep: the density ladder -- at each client count (topology constant, even split over the
-radios) measure `reps` windows, and return the curve with counters and RSS per point.
+"""sweep: the workload ladder -- at each point (clients, streams: the load's axis; topology
+constant, even split over the radios; 0 on a DUT without a load) measure `reps` windows, and
+return the curve with counters and RSS per point.
 
 Mutates DUT state (clients), and leaves the DUT with no clients when it ends, checking that the
 disassociation cleaned up (a gate reads that). perf records the densest point only by default,
@@ -56,10 +57,12 @@ class SweepOutput(BaseModel):
     idle_note: str | None
 
 
-IDLE_NOTE = ("the load generator has no traffic mode: every window is idle (associations only), "
-             "so idle = loaded and the CPU is the polling, not traffic")
+IDLE_NOTE = ("the load has no traffic to stop: every window runs the held workload as it is (on "
+             "a station load: associations only), so idle = loaded")
 IDLE_MEASURED = ("idle = the same point with the load stopped (its own windows, measured after the "
                  "loaded ones)")
+IDLE_NONE = ("the DUT has no load ([load] kind = \"none\"): its CPU is its own input's, there is "
+             "no idle point to measure")
 
 
 async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
@@ -102,12 +105,20 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
     record = SweepRecord(id=sid, label=inp.label, started_at=started, window_s=inp.window_s, reps=inp.reps,
                          build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
                          points=points, cleanup_count=cleanup,
-                         idle_note=(IDLE_MEASURED if stops else IDLE_NOTE) if inp.idle_baseline
-                         else None, parity=check)
+                         idle_note=_idle_note(load, inp.idle_baseline), parity=check,
+                         axis=load.axis)
     store.save("swp", sid, record)
     await ctx.report(len(inp.densities), len(inp.densities), f"sweep {sid} stored")
     return SweepOutput(sweep_id=sid, label=inp.label, build_id=record.build_id, points=points,
                        cleanup_count=cleanup, idle_note=record.idle_note)
+
+
+def _idle_note(load: load_drivers.LoadDriver, asked: bool) -> str | None:
+    if not asked:
+        return None
+    if load.axis is None:
+        return IDLE_NONE
+    return IDLE_MEASURED if load.stops_traffic else IDLE_NOTE
 
 
 def mean_curve(record: SweepRecord) -> list[tuple[int, float]]:
