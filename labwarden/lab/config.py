@@ -293,6 +293,13 @@ class TargetSection(_Strict):
     rpc_client: str | None = Field(None, description="(older profiles) DUT command whose `--socket "
                                    "S count` counts the stasim load's clients: use [readers] "
                                    "clients instead")
+    prints_git_hash: bool = Field(False, examples=[True], description="`PROCESS --version` "
+                                  "prints the git hash it was built from (the 40-hex hash or an "
+                                  "abbreviation of at least 7): fingerprint_verify then checks it "
+                                  "too. Off (the default), the proof is the running binaries "
+                                  "themselves: sha256 and ELF build-id of each artifact, read on "
+                                  "the DUT; `--version` is never run (a daemon without the "
+                                  "option might start a second instance)")
     perf: str = Field("perf", description="perf on the DUT", examples=["/usr/bin/perf"])
     pidfiles: dict[str, str] = Field(default_factory=dict, description="process name -> DUT pid "
                                      "file; without one, the process is found by name",
@@ -355,6 +362,9 @@ class DecisionSection(DecisionRule):
     sweep_reps: int = Field(3, ge=1, le=10, examples=[3], description="windows per density of "
                             "the full sweep")
     interleave: bool = Field(False, examples=[True], description="alternate A and B (a flash per "
+                             "round) while adding windows: only where a flash is cheap. Off: A "
+                             "is measured once at max_windows and B adds windows against it "
+                             "(two flashes in all); "
                              "switch) while adding windows: only where a flash is cheap")
     offered_load_counter: str | None = Field(None, examples=["rpc_calls"], description="the "
                                              "uprobe counter ([target] uprobes) that measures the "

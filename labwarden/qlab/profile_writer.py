@@ -97,6 +97,7 @@ clients = ["stacli", "--socket", "/run/stad.sock", "count"]
 
 [target]
 process = "stad"
+prints_git_hash = true                 # `stad --version` prints its commit: fingerprint_verify checks it
 library = "/usr/lib/libsta.so"
 suspects = ["stamon"]
 uprobes = {{ rpc_calls = "getStationStats", dm_write_txns = "dm_finalize_transaction" }}

@@ -6,8 +6,10 @@ rule decides or reaches its cap.
 
 With `[decision] interleave` (a cheap flash, as on the vlab) the rounds go A B, B A, A B...:
 each round starts on the build the last one ended on, so it costs one flash, and drift over
-time hits both arms alike. Without it, A is measured once (min_windows) and later windows go to
-B only: no flash after the first two.
+time hits both arms alike. Without it (a flash that costs a reboot), A is measured once, at the
+rule's cap (max_windows), and B adds windows against it: no flash after the first two, and A's
+mean as settled as it can be -- an A of min_windows would leave Welch's interval a few degrees
+of freedom, and a no-op could never be called "same".
 """
 
 from __future__ import annotations
@@ -155,7 +157,10 @@ class AB:
             while True:
                 for name in order:
                     arm = arms[name]
-                    want = target if (self.interleave or name == "b" or not arm.values) else len(arm.values)
+                    if self.interleave or name == "b":
+                        want = target
+                    else:  # A once, at the cap; B adds windows against it
+                        want = max(self.rule.max_windows, len(arm.values))
                     if want > len(arm.values):
                         await self._segment(name, arm, want - len(arm.values))
                 look = judge(s.a.values, s.b.values, self.rule, higher_is_worse=self.higher_is_worse,

@@ -156,7 +156,8 @@ async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels
                      "key": sym.key, "svg": getattr(sym, "svg", None),
                      "diff_svg": getattr(sym, "diff_svg", None),
                      "baseline_svg": getattr(sym, "baseline_svg", None),
-                     "stations": sym.stations, "samples": sym.samples, "unknown_pct": sym.unknown_pct}
+                     "stations": sym.stations, "samples": sym.samples, "unknown_pct": sym.unknown_pct,
+                     "top_deltas": [d.model_dump() for d in sym.top_deltas[:6]]}
     except LabError as exc:  # a flame graph is evidence, not a gate: say why it is missing
         exp.flame = {"error": exc.problem}
 

@@ -1,6 +1,7 @@
-"""profile: measure the target at N clients -- per rep, a perf record, a 1 Hz sampler (CPU from
-utime+stime over the DUT's CLK_TCK, RSS, IO) and uprobe counters (RPC calls/s, datamodel
-write-txns/s), all running on the DUT at once; every window stores its conditions and the DUT's
+"""profile: measure the target at a workload point (N clients or streams; 0 on a DUT without a
+load) -- per rep, a perf record, a 1 Hz sampler (CPU from utime+stime over the DUT's CLK_TCK,
+RSS, IO) and the profile's uprobe counters (calls/s of each probed function), all running on
+the DUT at once; every window stores its conditions and the DUT's
 kernel CPU split per core. `system_wide` perf-records every CPU with kernel stacks.
 
 The split: user/system/irq/softirq per core from /proc/stat and softirq counts (NET_RX, ...) from

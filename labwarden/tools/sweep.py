@@ -2,9 +2,10 @@
 constant, even split over the radios; 0 on a DUT without a load) measure `reps` windows, and
 return the curve with counters and RSS per point.
 
-Mutates DUT state (clients), and leaves the DUT with no clients when it ends, checking that the
-disassociation cleaned up (a gate reads that). perf records the densest point only by default,
-which is what symbolize and the unknown-frame gate need.
+Mutates DUT state (its load), and leaves the DUT with no load when it ends, checking with the
+DUT's own count, where it has one, that the release cleaned up (a gate reads that). perf
+records the densest point only by default, which is what symbolize and the unknown-frame gate
+need.
 """
 
 from __future__ import annotations

@@ -112,6 +112,7 @@ settle_s = 1.0
 
 [target]
 process = "stad"
+prints_git_hash = true                 # `stad --version` prints its commit: fingerprint_verify checks it
 library = {_q(str(layout.rootfs / "usr" / "lib" / "libsta.so"))}
 suspects = ["stamon"]
 uprobes = {{ rpc_calls = "getStationStats", dm_write_txns = "dm_finalize_transaction" }}
