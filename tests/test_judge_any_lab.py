@@ -40,12 +40,14 @@ from tests.conftest import needs_uprobes
 from tests.logfilt_patches import FIX, NO_OP, REGRESSION_SUBJECT, SLOWER, diff
 from tests.messages_standin import MessagesStandIn, ToolUse, Turn, from_result, last_result
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(600)]
 runner = CliRunner()
 
 FLASHES = "\n[policy]\nbudgets = { flashes_per_hour = 60 }\n"
-"""The one line these runs add to the README's profile: each experiment flashes A and B (and a
+"""What the loop and bisect add to the README's profile: each experiment flashes A and B (and a
 survivor's sweeps once more each), more than the default budget of 6 an hour allows a loop."""
+QUICK = "\n[decision]\nwindow_s = 2.0\n"
+"""...and 2 s windows (the default rule otherwise): logfilt's windows scatter by ~1%."""
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +78,31 @@ def experiment() -> ToolUse:
     return ToolUse("experiment", from_result("patch_id", "patch"))
 
 
+async def test_the_readme_profile_as_printed_judges_a_patch(
+        logfilt: tuple[stockssh.StockSsh, Path]) -> None:
+    """No [decision], no [readers], no [policy]: `experiment` screens at the load's one point (0)
+    with the default rule -- A once at its cap, B against it -- and keeps the hotspot's fix."""
+    _server, lab = logfilt
+    text = lab.read_text()
+    assert "[decision]" not in text and "[policy]" not in text and "[readers]" not in text
+    async with open_lab(LabProfile.from_file(lab)) as ctx:
+        sub = await call_tool(ctx, "patch_submit", {"name": "lower-once",
+                                                    "diff": diff("logfilt.c", FIX)})
+        assert sub.result is not None, sub.error
+        rec = await call_tool(ctx, "experiment", {"patch": sub.result["patch_id"]})
+    out = rec.result
+    assert out is not None, rec.error
+    print(f"\nREADME profile, no [decision]: {out['decision']} ({out['verdict']}) "
+          f"{out['mean_a']:.2f} -> {out['mean_b']:.2f} ({out['delta_pct']:+.1f}%, CI "
+          f"{out['ci_pct']}, windows {out['windows']}) -- {out['reason']}")
+    assert out["decision"] == "kept" and out["stations"] == 0, out
+    assert out["windows"][0] == 15 and out["ci_pct"][0] > -100  # A once, at the default cap
+
+
 def test_the_loop_keeps_a_fix_refutes_a_no_op_and_drops_a_slower_patch(
         logfilt: tuple[stockssh.StockSsh, Path], tmp_path: Path) -> None:
     _server, base = logfilt
-    lab = with_budget(base, "loop")
+    lab = with_budget(base, "loop", QUICK)
     turns = [
         Turn(text="What is this lab?", tools=[ToolUse("lab_status")]),
         Turn(tools=[ToolUse("build")]),
@@ -92,7 +115,7 @@ def test_the_loop_keeps_a_fix_refutes_a_no_op_and_drops_a_slower_patch(
         Turn(tools=[ToolUse("source_search", {"pattern": "match_rule", "path_glob": "*.c"})]),
         Turn(tools=[ToolUse("source_read", {"path": "logfilt.c", "start": 30, "end": 60})]),
         Turn(text="One tolower() per byte compared, for every rule: lowercase the line once.",
-             tools=[submit("lower-once", FIX, summary="lowercase each line once, then strstr")]),
+             tools=[submit("lower-line-once", FIX, summary="lowercase each line once, then strstr")]),
         Turn(tools=[experiment()]),
         Turn(tools=[submit("comment", NO_OP)]),
         Turn(tools=[experiment()]),
@@ -134,9 +157,11 @@ def test_the_loop_keeps_a_fix_refutes_a_no_op_and_drops_a_slower_patch(
     by = {g.name: g for g in kept.gates}
     assert by["unknown_frames"].status == "passed" and by["conditions_verified"].status == "passed"
     assert not any(g.failed for g in kept.gates)
-    deltas = (kept.flame or {}).get("top_deltas") or []
-    match = next(d for d in deltas if d["symbol"] == "match_rule")
-    assert match["delta_cpu_pp"] < -20 and match["base_cpu_pp"] > match["new_cpu_pp"]
+    match = next(d for d in kept.flame_deltas if d.symbol == "match_rule")
+    assert match.delta_cpu_pp is not None and match.delta_cpu_pp < -20
+    assert match.base_cpu_pp is not None and match.new_cpu_pp is not None
+    assert match.base_cpu_pp > match.new_cpu_pp
+    assert "Δ CPU pp" in (out / "report.html").read_text()
 
     summary = (out / "summary.md").read_text()
     kept_md = summary.split("## Kept")[1].split("## Dropped")[0]
@@ -210,8 +235,7 @@ async def test_every_gate_without_its_evidence_is_not_applicable(
 async def test_bisect_names_the_commit_that_made_logfilt_slower(
         logfilt: tuple[stockssh.StockSsh, Path]) -> None:
     _server, base = logfilt
-    prof = LabProfile.from_file(with_budget(base, "bisect", "\n[decision]\nwindow_s = 2.0\n"
-                                            "interleave = true\n"))
+    prof = LabProfile.from_file(with_budget(base, "bisect", QUICK + "interleave = true\n"))
     async with open_lab(prof) as ctx:
         rec = await call_tool(ctx, "bisect", {"good": "v1.0", "bad": "next"})
     out = rec.result

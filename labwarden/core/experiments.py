@@ -95,6 +95,18 @@ class DensityDelta(BaseModel):
     p_value: float | None
 
 
+class FunctionDelta(BaseModel):
+    """One function's change in the differential flame graph (lab/host/folded.Delta, stored)."""
+
+    symbol: str
+    base_pct: float
+    new_pct: float
+    delta_pp: float
+    base_cpu_pp: float | None = None
+    new_cpu_pp: float | None = None
+    delta_cpu_pp: float | None = None
+
+
 class Cost(BaseModel):
     model_calls: int = Field(0, description="model calls since the previous experiment of the session")
     tokens: int = 0
@@ -124,6 +136,9 @@ class Experiment(BaseModel):
     gates: list[GateResult] = Field(default_factory=list)
     flame: dict[str, str | float | int | None] | None = Field(
         None, description="symbolize of B at the densest point against A: svg paths and key")
+    flame_deltas: list[FunctionDelta] = Field(
+        default_factory=list, description="the functions that moved most, B against A: absolute "
+        "CPU (pp of one core) beside share of the samples")
     decision: Decision
     reason: str
     cost: Cost = Field(default_factory=Cost)

@@ -109,7 +109,8 @@ def _experiment(records: RecordStore, exp: Experiment, stages: list[Stage],
             profs = [_load(records, "prof", p.profile_id, ProfileRecord) for p in rec.points]
             stages.append(Stage(label=rec.label or label, sweep=rec, profiles=[p for p in profs if p]))
     if exp.flame and exp.flame.get("svg"):
-        syms.append({**exp.flame, "dominant_path": [], "functions": []})
+        syms.append({**exp.flame, "dominant_path": [], "functions": [],
+                     "top_deltas": [d.model_dump() for d in exp.flame_deltas]})
 
 
 def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,

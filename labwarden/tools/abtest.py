@@ -25,6 +25,10 @@ from labwarden.lab.drivers import load as load_drivers
 from labwarden.tools import associate, fingerprint, flash, parity, profile
 from labwarden.tools.context import LabContext
 
+MAX_REPS: int = next(m.le for m in profile.ProfileInput.model_fields["reps"].metadata
+                     if getattr(m, "le", None) is not None)
+"""Windows one profile call measures at most (a longer segment is several calls)."""
+
 
 class ParityMismatch(LabError):
     """A and B printed different things for the declared parity check."""
@@ -111,10 +115,11 @@ class AB:
     async def _segment(self, name: str, arm: Arm, k: int) -> None:
         """k more windows of one arm (switching the DUT to it first when needed)."""
         ctx, n = self.ctx, self.screening.stations
+        settle = 0.0
         if await switch_to(ctx, arm.build_id):
             self.screening.flashes += 1
+            settle = ctx.profile.decision.settle_s  # a new boot's first seconds are start-up
         load = self._driver()
-        settle = 0.0
         if not await load_drivers.is_held(load, ctx.device, ctx.profile, n):
             await associate.run(ctx, associate.AssociateInput(stations=n))
             settle = ctx.profile.decision.settle_s
@@ -128,8 +133,15 @@ class AB:
                                      "identical (the profile's parity_check)")
         await ctx.report(len(arm.values), None, f"{name.upper()} ({arm.build_id}): {k} window(s) "
                          f"of {self.window_s:g} s at {self.screening.workload}")
+        while k > 0:  # a profile call measures at most MAX_REPS windows
+            reps = min(k, MAX_REPS)
+            await self._measure(name, arm, n, reps, settle)
+            k, settle = k - reps, 0.0
+
+    async def _measure(self, name: str, arm: Arm, n: int, reps: int, settle: float) -> None:
+        ctx = self.ctx
         rec = await profile.measure(ctx, profile.ProfileInput(
-            stations=n, window_s=self.window_s, reps=k, perf=False,
+            stations=n, window_s=self.window_s, reps=reps, perf=False,
             uprobes=self.load_counter is not None or self.metric != "cpu", settle_s=settle),
             associate_first=False)
         # the DUT's count where it has one (None: not measured here, nothing to compare)

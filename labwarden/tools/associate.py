@@ -53,7 +53,8 @@ async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
     load = load_drivers.for_profile(prof, ctx.device)
     n = inp.stations if inp.stations is not None else (inp.per_radio or 0) * load.radios
     t0 = time.monotonic()
-    await ctx.report(0, 2, f"holding {n} stations")
+    where = load_drivers.label(load, n)
+    await ctx.report(0, 2, f"holding {where}")
     try:
         await load.hold(n)
     except LoadError as exc:
@@ -70,12 +71,12 @@ async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
                             f"see {load.where()}; lab_status")
         await asyncio.sleep(0.1)
     if counts is None:  # nothing on the DUT to check against: say so, never claim a count
-        await ctx.report(2, 2, f"{n} stations held; {datamodel.NOT_APPLICABLE}")
+        await ctx.report(2, 2, f"{where} held; {datamodel.NOT_APPLICABLE}")
         return AssociateOutput(associated=n, datamodel_count=None, per_radio=[],
                                even_split=True, duration_s=round(time.monotonic() - t0, 2),
                                note=datamodel.NOT_APPLICABLE)
     per_radio = [v for k, v in sorted(counts.items(), key=lambda kv: kv[0]) if k != "total"]
-    await ctx.report(2, 2, f"{n} stations verified in the datamodel")
+    await ctx.report(2, 2, f"{where} verified in the datamodel")
     if not per_radio:  # a reader that prints only the total (`N`, documented): no split to check
         return AssociateOutput(associated=n, datamodel_count=counts["total"], per_radio=[],
                                even_split=True, duration_s=round(time.monotonic() - t0, 2),

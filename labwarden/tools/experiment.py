@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from labwarden.core.decision import Verdict
 from labwarden.core.errors import LabError, ToolError
 from labwarden.core.events import ModelCall, ToolCalled
-from labwarden.core.experiments import Cost, Decision, DensityDelta, Experiment, GateResult
+from labwarden.core.experiments import Cost, Decision, DensityDelta, Experiment, FunctionDelta, GateResult
 from labwarden.core.measurements import SweepRecord
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
@@ -156,8 +156,8 @@ async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels
                      "key": sym.key, "svg": getattr(sym, "svg", None),
                      "diff_svg": getattr(sym, "diff_svg", None),
                      "baseline_svg": getattr(sym, "baseline_svg", None),
-                     "stations": sym.stations, "samples": sym.samples, "unknown_pct": sym.unknown_pct,
-                     "top_deltas": [d.model_dump() for d in sym.top_deltas[:6]]}
+                     "stations": sym.stations, "samples": sym.samples, "unknown_pct": sym.unknown_pct}
+        exp.flame_deltas = [FunctionDelta.model_validate(d.model_dump()) for d in sym.top_deltas[:6]]
     except LabError as exc:  # a flame graph is evidence, not a gate: say why it is missing
         exp.flame = {"error": exc.problem}
 
@@ -182,7 +182,7 @@ def _decide(exp: Experiment, where: str) -> tuple[Decision, str]:
         return "dropped", "gates failed: " + "; ".join(f"{g.name} ({g.evidence})" for g in failed)
     if exp.sweep_b is None:
         return "dropped", "no full sweep (internal: a survivor always gets one)"
-    na = [g.name for g in exp.gates if g.status == "not_applicable"]
+    na = list(dict.fromkeys(g.name for g in exp.gates if g.status == "not_applicable"))
     return "kept", (f"improved at {where} ({look.delta_pct:+.1f}%, {look.interval_text()}), "
                     + ("offered load unchanged, " if load is not None and load.status == "passed"
                        else "")
@@ -274,7 +274,8 @@ def summarize(exp: Experiment) -> ExperimentOutput:
         equivalence_pct=look.same_ci_pct if look else None,
         windows=(look.n_a, look.n_b) if look else None, offered_load=load,
         gates_failed=[g.name for g in exp.gates if g.failed],
-        gates_not_applicable=[g.name for g in exp.gates if g.status == "not_applicable"],
+        gates_not_applicable=list(dict.fromkeys(g.name for g in exp.gates
+                                                if g.status == "not_applicable")),
         build_a=exp.build_a,
         build_b=exp.build_b, sweep_a=exp.sweep_a, sweep_b=exp.sweep_b, cost_usd=exp.cost.usd,
         lab_seconds=exp.cost.lab_seconds)
