@@ -58,7 +58,7 @@ def test_method_is_read_as_kind_and_labgrid_is_not_ignored(vlab: VlabLayout) -> 
 
 
 async def test_load_none_holds_no_clients(vlab: VlabLayout) -> None:
-    driver = load_drivers.for_profile(_profile(vlab, load={"kind": "none"}))
+    driver = load_drivers.for_profile(_profile(vlab, load={"kind": "none"}, decision={}))
     await driver.hold(0)
     with pytest.raises(LoadError, match="no load") as err:
         await driver.hold(3)
@@ -152,3 +152,25 @@ async def test_flash_through_a_labgrid_strategy(vlab: VlabLayout, tmp_path: Path
     assert any("Strategy -> shell" in p for p in rec.progress)
     assert (vlab.run_dir / "stad.pid").read_text() != stad  # a new instance after the flash
     assert (await call(vlab, "fingerprint_verify", {"build_id": good}, profile=prof)).ok
+
+
+async def test_the_load_says_whether_it_holds_a_point(vlab: VlabLayout) -> None:
+    """`held` is the driver's own answer (the stasim generator's `-n`), `is_held` adds the DUT's
+    count where it has a reader; a load without an axis always holds its one point."""
+    from labwarden.runtime.session import open_lab
+
+    prof = LabProfile.from_file(vlab.lab_toml)
+    driver = load_drivers.for_profile(prof)
+    assert driver.axis == "clients" and load_drivers.points(prof) == prof.decision.densities
+    try:
+        assert (await call(vlab, "associate", {"stations": 12})).ok
+        assert await driver.held(12) and not await driver.held(6)
+        async with open_lab(prof) as ctx:
+            assert await load_drivers.is_held(driver, ctx.device, prof, 12)
+            assert not await load_drivers.is_held(driver, ctx.device, prof, 18)
+    finally:
+        assert (await call(vlab, "associate", {"stations": 0}, profile=prof)).ok
+    assert await driver.held(0)
+    none = load_drivers.for_profile(_profile(vlab, load={"kind": "none"}, decision={}))
+    assert none.axis is None and await none.held(0) and not await none.held(3)
+    assert load_drivers.label(none, 0) == "its own workload (no load axis)"
