@@ -228,20 +228,21 @@ def top_deltas(base: Folded, new: Folded, n: int = 15, base_cpu: float | None = 
     bt, _ = shares(base)
     nt, _ = shares(new)
     absolute = base_cpu is not None and new_cpu is not None
-    rows = []
+    rows: list[tuple[float, float, Delta]] = []
     for s in set(bt) | set(nt):
         b, m = base.pct(bt.get(s, 0)), new.pct(nt.get(s, 0))
         row = Delta(symbol=s[:120], base_pct=round(b, 2), new_pct=round(m, 2),
                     delta_pp=round(m - b, 2))
+        moved = 0.0
         if absolute:
             assert base_cpu is not None and new_cpu is not None
             bc, nc = b * base_cpu / 100, m * new_cpu / 100
             row.base_cpu_pp, row.new_cpu_pp = round(bc, 2), round(nc, 2)
             row.delta_cpu_pp = round(nc - bc, 2)
-        rows.append(row)
-    rows.sort(key=lambda d: (-abs(d.delta_cpu_pp if d.delta_cpu_pp is not None else d.delta_pp),
-                             d.symbol))
-    return [d for d in rows[:n] if d.delta_pp != 0.0 or d.delta_cpu_pp]
+            moved = abs(nc - bc)
+        rows.append((moved, abs(m - b), row))
+    rows.sort(key=lambda r: (-r[0], -r[1], r[2].symbol))  # absolute CPU first, then share
+    return [d for _, _, d in rows[:n] if d.delta_pp != 0.0 or d.delta_cpu_pp]
 
 
 def function_shares(f: Folded, names: Iterable[str]) -> dict[str, tuple[float, float]]:
