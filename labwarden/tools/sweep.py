@@ -26,9 +26,11 @@ from labwarden.tools.context import LabContext
 
 
 class SweepInput(ToolInput):
-    densities: list[Annotated[int, Field(ge=0, le=4096)]] = Field(
-        [18, 60, 114], min_length=1, max_length=12,
-                                 description="client counts, ascending", examples=[[18, 60, 114]])
+    densities: list[Annotated[int, Field(ge=0, le=4096)]] | None = Field(
+        None, min_length=1, max_length=12, examples=[[18, 60, 114]],
+        description="workload points (clients, streams), ascending; default: the lab's own "
+        "(lab_status `workload.points`: [decision] densities, else the load's -- [0] on a DUT "
+        "without a load)")
     reps: int = Field(3, ge=1, le=10)
     window_s: float = Field(10, ge=2, le=300)
     idle_baseline: bool = Field(True, description="also measure each point with no traffic: a "
@@ -42,8 +44,8 @@ class SweepInput(ToolInput):
 
     @field_validator("densities")
     @classmethod
-    def _ascending(cls, v: list[int]) -> list[int]:
-        if any(d < 0 for d in v) or v != sorted(set(v)):
+    def _ascending(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (any(d < 0 for d in v) or v != sorted(set(v))):
             raise ValueError("densities must be distinct, >= 0 and ascending, e.g. [18, 60, 114]")
         return v
 
@@ -74,11 +76,13 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
     check: str | None = None
     load = load_drivers.for_profile(ctx.profile, ctx.device)
     stops = load.stops_traffic
+    densities = inp.densities or load_drivers.points(ctx.profile)
     try:
-        for i, n in enumerate(inp.densities):
-            await ctx.report(i, len(inp.densities), f"density {n} ({i + 1}/{len(inp.densities)})")
+        for i, n in enumerate(densities):
+            await ctx.report(i, len(densities), f"{load_drivers.label(load, n)} "
+                             f"({i + 1}/{len(densities)})")
             assoc = await associate.run(ctx, associate.AssociateInput(stations=n))
-            densest = i == len(inp.densities) - 1
+            densest = i == len(densities) - 1
             if densest:  # the declared functional check, with the most clients held
                 check = await parity.check_output(ctx)
             rec = await profile.measure(ctx, profile.ProfileInput(
@@ -109,7 +113,7 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
                          idle_note=_idle_note(load, inp.idle_baseline), parity=check,
                          axis=load.axis)
     store.save("swp", sid, record)
-    await ctx.report(len(inp.densities), len(inp.densities), f"sweep {sid} stored")
+    await ctx.report(len(densities), len(densities), f"sweep {sid} stored")
     return SweepOutput(sweep_id=sid, label=inp.label, build_id=record.build_id, points=points,
                        cleanup_count=cleanup, idle_note=record.idle_note)
 
