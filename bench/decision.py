@@ -29,6 +29,7 @@ from labwarden.core.decision import DecisionRule, Judgement, judge, next_windows
 from labwarden.core.measurements import ProfileRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
+from labwarden.lab.drivers import load as load_drivers
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from labwarden.tools import abtest
@@ -63,8 +64,9 @@ async def record(lab: Path, windows: int) -> tuple[list[float], LabProfile]:
         values: list[float] = []
         while len(values) < windows:  # the profile tool takes 10 windows a call
             reps = min(10, windows - len(values))
-            rec = await call_tool(ctx, "profile", {"stations": dec.densities[-1], "window_s": dec.window_s,
-                                                   "reps": reps, "perf": False, "settle_s": dec.settle_s})
+            rec = await call_tool(ctx, "profile", {"stations": load_drivers.points(profile)[-1],
+                                                   "window_s": dec.window_s, "reps": reps,
+                                                   "perf": False, "settle_s": dec.settle_s})
             assert rec.ok and rec.result, rec.error
             values += RecordStore(ctx.data_dir).load("prof", rec.result["profile_id"],
                                                      ProfileRecord).cpu_values()
@@ -84,8 +86,8 @@ async def live(lab: Path, n: int) -> tuple[list[Judgement], list[int], float]:
         a, b = profile.build.baseline, sub.result["build_id"]
         assert a
         for i in range(n):
-            scr = await abtest.AB(ctx, a, b, stations=dec.densities[-1], rule=dec, window_s=dec.window_s,
-                                  interleave=dec.interleave).run()
+            scr = await abtest.AB(ctx, a, b, stations=load_drivers.points(profile)[-1], rule=dec,
+                                  window_s=dec.window_s, interleave=dec.interleave).run()
             looks.append(scr.final)
             flashes.append(scr.flashes)
             print(f"  live A/A {i + 1}/{n}: {scr.final.describe()}", flush=True)
@@ -126,7 +128,8 @@ def resampled(console: Console, pool: list[float], profile: LabProfile, draws: i
     assert 2 * rule.max_windows <= len(pool), "record more windows than two arms at the cap"
     rng = random.Random(seed)
     mean, sd = statistics.fmean(pool), statistics.stdev(pool)
-    console.print(f"recording: {len(pool)} windows of {dec.window_s:g} s at {dec.densities[-1]} clients "
+    console.print(f"recording: {len(pool)} windows of {dec.window_s:g} s at "
+                  f"{load_drivers.points(profile)[-1]} clients "
                   f"in {rec_s:.0f} s: mean {mean:.2f}%, stdev {sd:.2f} pp ({100 * sd / mean:.1f}%), "
                   f"min {min(pool):.2f}, max {max(pool):.2f}")
     console.print(f"windows: {' '.join(f'{v:.1f}' for v in pool)}")

@@ -100,6 +100,26 @@ pidfiles = {{ logfilt = {q(f"{root}/run/logfilt.pid")}, logspam = {q(f"{root}/ru
 """
 
 
+def history(src: Path) -> None:
+    """The firmware repo: the packaged tree as `logfilt 1.0` (HEAD, tagged v1.0), and a branch
+    `next` of three commits on it, one of which makes logfilt slower (bisect's quarry)."""
+    from tests.logfilt_patches import HISTORY, apply
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(src), "-c", "user.name=fw", "-c",
+                               "user.email=fw@x.invalid", *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "logfilt 1.0"], ["tag", "v1.0"]):
+        git(*args)
+    first = git("symbolic-ref", "--short", "HEAD")
+    git("checkout", "-qb", "next")
+    for path, subject, edits in HISTORY:
+        (src / path).write_text(apply((src / path).read_text(), edits))
+        git("commit", "-qam", subject)
+    git("checkout", "-q", first)
+
+
 def logfilt_dut(root: Path) -> Iterator[tuple[stockssh.StockSsh, Path]]:
     """A DUT of its own behind dropbear, busybox ash as root's shell and as every DUT command's
     userland (PATH: its rootfs and busybox's applets; perf is the one extra). Its rootfs starts
@@ -109,9 +129,7 @@ def logfilt_dut(root: Path) -> Iterator[tuple[stockssh.StockSsh, Path]]:
         cannot_run(f"dropbear: {why}")
     src = root / "src"
     shutil.copytree(LOGFILT, src, ignore=shutil.ignore_patterns("dut"))
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "logfilt 1.0"]):
-        subprocess.run(["git", "-C", str(src), "-c", "user.name=fw", "-c", "user.email=fw@x.invalid",
-                        *args], check=True, capture_output=True)
+    history(src)
     dut = root / "dut"
     sbin = dut / "rootfs" / "sbin"
     sbin.mkdir(parents=True)

@@ -24,11 +24,13 @@ RULE = DecisionRule(alpha=0.02, beta=0.1, min_effect_pct=5.0, min_windows=3, ste
 class Scripted(AB):
     """AB whose windows come from per-arm iterators; records each segment as (arm, windows)."""
 
-    def __init__(self, values: dict[str, itertools.cycle[float]], on: str | None = None) -> None:
+    def __init__(self, values: dict[str, itertools.cycle[float]], on: str | None = None,
+                 interleave: bool = True) -> None:
         board = SimpleNamespace(fingerprint_ok=lambda: on is not None, verified_build=on)
         ctx = SimpleNamespace(profile=SimpleNamespace(decision=SimpleNamespace(
             offered_load_counter=None)), peek_state=lambda: board)
-        super().__init__(ctx, "img-a", "img-b", stations=114, rule=RULE, window_s=4.0)  # type: ignore[arg-type]
+        super().__init__(ctx, "img-a", "img-b", stations=114, rule=RULE, window_s=4.0,  # type: ignore[arg-type]
+                         interleave=interleave)
         self.values = values
         self.segments: list[tuple[str, int]] = []
 
@@ -69,3 +71,18 @@ async def test_it_starts_on_the_image_that_runs() -> None:
                   on="img-b")
     await ab.run()
     assert ab.segments[:4] == [("b", 3), ("a", 3), ("a", 2), ("b", 2)]
+
+
+async def test_without_interleaving_a_is_measured_once_at_the_cap() -> None:
+    """A flash that costs a reboot: A once, at max_windows, then B adds windows against it (two
+    flashes in all); the cap is B's. An A of min_windows would leave the interval a few degrees of
+    freedom -- a quiet no-op could never be "same"."""
+    ab = Scripted({"a": itertools.cycle([30.0, 40.0, 20.0]), "b": itertools.cycle([25.0, 38.0, 29.0])},
+                  interleave=False)
+    s = await ab.run()
+    assert ab.segments == [("a", RULE.max_windows), ("b", 3), ("b", 2), ("b", 2), ("b", 2), ("b", 2)]
+    assert [(j.n_a, j.n_b) for j in s.looks] == [(RULE.max_windows, n) for n in RULE.looks()]
+    assert s.looks[-1].decided and not any(j.decided for j in s.looks[:-1])
+    quiet = Scripted({"a": itertools.cycle([30.0, 30.3, 29.8]), "b": itertools.cycle([30.1, 29.9, 30.2])},
+                     interleave=False)
+    assert (await quiet.run()).final.verdict == "same" and quiet.segments == [("a", 11), ("b", 3)]

@@ -129,7 +129,7 @@ def test_chat_drives_tools_and_prices_every_call(lab: Path) -> None:
     assert last_result(api.requests[1])["target_process"] == "stad"
     assoc = last_result(api.requests[2])
     assert assoc["datamodel_count"] == 6 and sum(assoc["per_radio"]) == 6
-    assert "holding 6 stations" in out  # the tool's progress, shown as it ran
+    assert "holding 6 clients" in out  # the tool's progress, shown as it ran
 
     with _store(lab) as store:
         sid = _newest(store, "chat")

@@ -58,7 +58,7 @@ def test_method_is_read_as_kind_and_labgrid_is_not_ignored(vlab: VlabLayout) -> 
 
 
 async def test_load_none_holds_no_clients(vlab: VlabLayout) -> None:
-    driver = load_drivers.for_profile(_profile(vlab, load={"kind": "none"}))
+    driver = load_drivers.for_profile(_profile(vlab, load={"kind": "none"}, decision={}))
     await driver.hold(0)
     with pytest.raises(LoadError, match="no load") as err:
         await driver.hold(3)
@@ -152,3 +152,60 @@ async def test_flash_through_a_labgrid_strategy(vlab: VlabLayout, tmp_path: Path
     assert any("Strategy -> shell" in p for p in rec.progress)
     assert (vlab.run_dir / "stad.pid").read_text() != stad  # a new instance after the flash
     assert (await call(vlab, "fingerprint_verify", {"build_id": good}, profile=prof)).ok
+
+
+async def test_the_load_says_whether_it_holds_a_point(vlab: VlabLayout) -> None:
+    """`held` is the driver's own answer (the stasim generator's `-n`), `is_held` adds the DUT's
+    count where it has a reader; a load without an axis always holds its one point."""
+    from labwarden.runtime.session import open_lab
+
+    prof = LabProfile.from_file(vlab.lab_toml)
+    driver = load_drivers.for_profile(prof)
+    assert driver.axis == "clients" and load_drivers.points(prof) == prof.decision.densities
+    try:
+        assert (await call(vlab, "associate", {"stations": 12})).ok
+        assert await driver.held(12) and not await driver.held(6)
+        async with open_lab(prof) as ctx:
+            assert await load_drivers.is_held(driver, ctx.device, prof, 12)
+            assert not await load_drivers.is_held(driver, ctx.device, prof, 18)
+    finally:
+        assert (await call(vlab, "associate", {"stations": 0}, profile=prof)).ok
+    assert await driver.held(0)
+    none = load_drivers.for_profile(_profile(vlab, load={"kind": "none"}, decision={}))
+    assert none.axis is None and await none.held(0) and not await none.held(3)
+    assert load_drivers.label(none, 0) == "its own workload (no load axis)"
+
+
+async def test_an_ab_holds_a_users_own_load_through_the_driver(vlab: VlabLayout,
+                                                                 tmp_path: Path) -> None:
+    """The A/B holds its workload through the load driver alone: a `command` load (the user's
+    script, here starting the vlab's simulator) that cannot say what it holds, so the DUT's own
+    count decides -- held for A's first segment (it holds 6), already held for B's (no hold)."""
+    from labwarden.core.decision import DecisionRule
+    from labwarden.runtime.session import open_lab
+    from labwarden.tools import abtest
+
+    pid, script, calls = tmp_path / "ab.pid", tmp_path / "ab.sh", tmp_path / "ab.calls"
+    script.write_text(f"""#!/bin/sh
+echo "$1" >> {calls}
+[ -f {pid} ] && kill "$(cat {pid})" 2>/dev/null && sleep 0.3
+rm -f {pid}
+[ "$1" = 0 ] && exit 0
+{vlab.loadgen / "stasim"} --socket {vlab.socket} -n "$1" >/dev/null 2>&1 &
+echo $! > {pid}
+sleep 0.5
+""")
+    script.chmod(0o755)
+    prof = _profile(vlab, load={"kind": "command", "hold": [str(script), "{n}"], "radios": 6,
+                                "settle_s": 0.5})
+    good = baseline(vlab)
+    rule = DecisionRule(min_windows=2, step_windows=1, max_windows=2)
+    try:
+        assert (await call(vlab, "fingerprint_verify", {"build_id": good}, profile=prof)).ok
+        async with open_lab(prof) as ctx:
+            s = await abtest.AB(ctx, good, good, stations=6, rule=rule, window_s=2.0).run()
+        assert s.workload == "6 clients" and s.flashes == 0
+        assert len(s.a.values) == len(s.b.values) == 2 and s.final.decided
+        assert calls.read_text().split() == ["6"]  # held once; B found it held by the DUT's count
+    finally:
+        assert (await call(vlab, "associate", {"stations": 0}, profile=prof)).ok

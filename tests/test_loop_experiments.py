@@ -3,7 +3,8 @@
 The stand-in Messages API (tests/messages_standin.py) scripts the model's turns; everything else is
 real: `labwarden loop` on a real vlab, the tools through the guard, git apply and gcc, flashes,
 windows measured with perf and uprobe counters, the transcript, the records, the report. The
-scripted agent reads hal.c with the source tools, then writes five patches:
+scripted agent starts from lab_status (what the lab is), reads hal.c with the source tools, then
+writes six patches:
 
 - the station pull through the bulk path (hal_get_all_stations_bulk, never called today): kept,
   improved, every gate passed;
@@ -12,7 +13,10 @@ scripted agent reads hal.c with the source tools, then writes five patches:
 - the brief reply losing a key: dropped by functional parity;
 - one that does not compile: patch_submit answers with the compiler's lines;
 - a no-op: "same" by the rule (at its first look on a quiet box; any undecided look before it
-  added windows -- the adding itself is pinned in tests/test_abtest_schedule.py), so refuted.
+  added windows -- the adding itself is pinned in tests/test_abtest_schedule.py), so refuted;
+- every station's HAL round trips made twice: slower, so dropped as "regressed".
+
+The same script on a lab without clients (the second firmware) is tests/test_judge_any_lab.py.
 
 The morning report and summary list all of them with their numbers. Short windows (2 s), two
 densities and the rule's cap keep it at a few minutes on 2 cores.
@@ -43,7 +47,7 @@ from labwarden.vlab.layout import VlabLayout
 
 from .conftest import needs_uprobes, uprobes_reason
 from .messages_standin import MessagesStandIn, ToolUse, Turn, from_result
-from .patching import BROKEN, BULK, DROP_KEY, NO_OP, SLOW_MONITOR, change
+from .patching import BROKEN, BULK, DROP_KEY, NO_OP, SLOW_HAL, SLOW_MONITOR, change
 
 runner = CliRunner()
 QUICK = {"window_s": "2.0", "densities": "[30, 60]", "sweep_reps": "2", "max_windows": "9",
@@ -121,6 +125,7 @@ def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayou
                                                             tmp_path: Path) -> None:
     lab = profile(vlab_root, "protected")
     turns = [
+        Turn(text="What is this lab?", tools=[ToolUse("lab_status")]),
         Turn(text="Where is the station pull?",
              tools=[ToolUse("source_search", {"pattern": "hal_get_all_stations_bulk", "path_glob": "*.c"})]),
         Turn(tools=[ToolUse("source_read", {"path": "hal.c", "start": 100, "end": 145})]),
@@ -135,21 +140,29 @@ def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayou
         Turn(tools=[submit("broken", change("wld.c", *BROKEN))]),
         Turn(tools=[submit("comment", change("wld.c", *NO_OP))]),
         Turn(tools=[experiment()]),
+        Turn(tools=[submit("hal-twice", change("hal.c", *SLOW_HAL))]),
+        Turn(tools=[experiment()]),
         Turn(text="DONE: kept bulk-pull; the rest were refused, dropped or refuted."),
     ]
     out = tmp_path / "run1"
     events, wall = loop(lab, turns, "lower stad CPU at 60 clients", out)
-    print(f"\nrun 1: {wall:.1f} s wall for 3 experiments and 5 submissions")  # the note's figure
+    print(f"\nrun 1: {wall:.1f} s wall for 4 experiments and 6 submissions")  # the note's figure
     got = [(e.call.tool, e.call.ok) for e in events]
-    assert got == [("source_search", True), ("source_read", True), ("patch_submit", True),
-                   ("experiment", True), ("patch_submit", False), ("patch_submit", True),
-                   ("experiment", True), ("patch_submit", False), ("patch_submit", True),
+    assert got == [("lab_status", True), ("source_search", True), ("source_read", True),
+                   ("patch_submit", True), ("experiment", True), ("patch_submit", False),
+                   ("patch_submit", True), ("experiment", True), ("patch_submit", False),
+                   ("patch_submit", True), ("experiment", True), ("patch_submit", True),
                    ("experiment", True)], [e.call.error for e in events]
+    status = events[0].call.result
+    assert status and status["workload"]["axis"] == "clients" and status["workload"]["points"] == [30, 60]
+    events = events[1:]
     search, read = events[0].call.result, events[1].call.result
     assert search and {"hal.c", "wld.c"} <= {h["path"] for h in search["hits"]}
     assert read and any("hal_get_all_stations_bulk" in ln for ln in read["lines"])
 
-    bulk, drop, noop = (e.call.result for e in (events[3], events[6], events[9]))
+    bulk, drop, noop, slow = (e.call.result for e in (events[3], events[6], events[9], events[11]))
+    assert slow and slow["verdict"] == "regressed" and slow["decision"] == "dropped", slow
+    assert slow["delta_pct"] > 5 and slow["gates_failed"] == []
     assert bulk and bulk["decision"] == "kept", bulk
     assert bulk["verdict"] == "improved" and bulk["gates_failed"] == [] and bulk["delta_pct"] < -10
     assert bulk["sweep_a"] and bulk["sweep_b"]
@@ -187,17 +200,22 @@ def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayou
     rejected = summary.split("## Rejected at submission")[1].split("## ")[0]
     assert "`slow-monitor`: protected_path" in rejected and "stamon.c" in rejected
     assert "`broken`: build: compile failed" in rejected and "error" in rejected
-    assert "3 candidates judged" not in summary and "**Candidates judged:** 3 (1 kept, 1 dropped, " \
-        "1 refuted, 0 failed), 2 rejected at submission" in summary
+    assert slow["patch"] in dropped and "regressed" in dropped
+    assert "**Candidates judged:** 4 (1 kept, 2 dropped, 1 refuted, 0 failed), 2 rejected at " \
+        "submission" in summary
+    assert "rpc_calls" in summary.split("## This lab's counters")[1]  # the lab's own counters
+    assert re.search(r"counters .*rpc_calls [\d.]+/s -> [\d.]+/s", kept), kept
 
     report = (out / "report.html").read_text()
     ledger = report.split('id="ledger-table"')[1].split("</table>")[0]
-    assert ledger.count('class="exp-row"') == 3 and ledger.count('class="rejected-row"') == 2
-    for exp in (bulk, drop, noop):
+    assert ledger.count('class="exp-row"') == 4 and ledger.count('class="rejected-row"') == 2
+    for exp in (bulk, drop, noop, slow):
         assert exp["patch"] in ledger and f'data-decision="{exp["decision"]}"' in ledger
     assert f"{bulk['delta_pct']:+.1f}" in ledger and "compile failed" in ledger
     assert "Differential" in report and report.count('<iframe class="flame"') >= 2
     assert "bulk-pull" in report.split('id="curve-table"')[1].split("</table>")[0]
+    counters = report.split('id="counter-table"')[1].split("</table>")[0]
+    assert "rpc_calls/s" in counters and "dm_write_txns/s" in counters  # the profile's own
 
     # the second run: the protection is lifted, so the slower monitor is judged -- and the
     # offered-load gate drops it (less work because less load is not a fix)

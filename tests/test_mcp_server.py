@@ -126,7 +126,7 @@ async def test_sweep_reports_progress_and_every_call_is_logged(lab: VlabLayout) 
         assert not res.is_error, res.content
         assert [p["stations"] for p in res.structured_content["points"]] == [6, 12]  # type: ignore[index]
     messages = [m for _, _, m in seen if m]
-    assert any("density 6" in m for m in messages) and any("window 1/1" in m for m in messages)
+    assert any("6 clients (1/2)" in m for m in messages) and any("window 1/1" in m for m in messages)
     with TranscriptStore(lab.data_dir / "transcripts.db") as store:
         sessions = [s for s in store.sessions() if s.client == "mcp"]
         calls = [e.event.call.tool for s in sessions for e in store.events(s.id)

@@ -67,7 +67,10 @@ async def test_build_flash_verify_profile_symbolize_attribute(
 
     verified = await _ok(lab, "fingerprint_verify", {"build_id": built["build_id"]})
     assert verified["verified"], verified["mismatches"]
-    assert unmark(verified["git_hash_running"]) == built["git_hash"]
+    # no contract on the daemon: the running binaries' sha256 and ELF build-id are the proof
+    # ([target] prints_git_hash is off: `logfilt --version` is never run)
+    assert verified["git_hash_running"] is None
+    assert any("build-id of the running target" in unmark(p) for p in verified["proven_by"])
 
     status = await _ok(lab, "lab_status")
     knobs = {k["name"]: k for k in status["knobs"]}

@@ -39,7 +39,7 @@ class Candidate:
 
     def why(self) -> str:
         if self.kept:
-            return "improved at the densest point and every gate passed"
+            return "improved at the densest point and no gate failed"
         if self.verdict is None:
             return "never compared against a baseline"
         if self.verdict != "improved":
@@ -95,18 +95,35 @@ def findings(store: TranscriptStore, sessions: list[str]) -> Findings:
         elif tool == "gate_check":
             c = f.sweeps.get(res["sweep_id"])
             if c is not None:
-                c.gates_passed = res["passed"]
-                c.gates = "all passed" if res["passed"] else ", ".join(res["failed"])
+                c.gates_passed = not res["failed"]
+                na = res.get("not_applicable") or []
+                c.gates = (", ".join(res["failed"]) if res["failed"] else "none failed") \
+                    + (f" ({', '.join(na)} not applicable here)" if na else "")
     return f
 
 
-def _experiment_line(x: Experiment) -> str:
+def _counters(x: Experiment, ledger: report_data.ReportData) -> str:
+    """The lab's own counters at the densest point of a survivor's full sweeps, A -> B."""
+    sweeps = {s.sweep.id: s.sweep for s in ledger.stages}
+    a, b = sweeps.get(x.sweep_a or ""), sweeps.get(x.sweep_b or "")
+    if a is None or b is None or not a.points or not b.points:
+        return ""
+    ca, cb = a.points[-1].counters, b.points[-1].counters
+    names = [n for n in cb if n in ca]
+    if not names:
+        return ""
+    return "; counters " + ", ".join(f"{n} {ca[n]:.1f}/s -> {cb[n]:.1f}/s" for n in names)
+
+
+def _experiment_line(x: Experiment, ledger: report_data.ReportData | None = None) -> str:
     look = x.screening.looks[-1] if x.screening and x.screening.looks else None
     base = "+".join(x.base_patches) or x.ref
-    nums = (f"{look.mean_a:.2f} -> {look.mean_b:.2f} at {x.screening.stations} clients "
+    where = (x.screening.workload or f"{x.screening.stations} clients") if x.screening else ""
+    nums = (f"{look.mean_a:.2f} -> {look.mean_b:.2f} at {where} "
             f"({look.delta_pct:+.1f}%, {look.interval_text()}, {look.verdict} after "
             f"{look.n_a}+{look.n_b} windows)"
             if look and x.screening else "not measured")
+    nums += _counters(x, ledger) if ledger is not None else ""
     return (f"- `{x.patch}` on {base} ({x.id}): {nums} -- {x.reason} (cost ${x.cost.usd:.4f}, "
             f"{x.cost.tokens:,} tokens, {x.cost.lab_seconds:.0f} s of lab)")
 
@@ -144,13 +161,13 @@ def markdown(store: TranscriptStore, sessions: list[str], *, goal: str, stop: st
                  + ", ".join(f"{len(v)} {k}" for k, v in by.items()) + f"), "
                  f"{len(ledger.rejected)} rejected at submission")
     lines += ["", "## Kept", ""]
-    lines += [_experiment_line(x) for x in by["kept"]]
+    lines += [_experiment_line(x, ledger) for x in by["kept"]]
     lines += [f"- build {c.build_id} (patches {', '.join(c.patches) or 'none'}), sweep {c.sweep_id}: "
               f"{c.delta}; gates {c.gates}" for c in kept]
     if not by["kept"] and not kept:
         lines.append("- nothing")
     lines += ["", "## Dropped", ""]
-    lines += [_experiment_line(x) for x in by["dropped"]]
+    lines += [_experiment_line(x, ledger) for x in by["dropped"]]
     lines += [f"- build {c.build_id} (patches {', '.join(c.patches) or 'none'}), sweep {c.sweep_id}: "
               f"{c.delta or 'no numbers'} -- {c.why()}" for c in dropped]
     if not by["dropped"] and not dropped:
@@ -166,6 +183,10 @@ def markdown(store: TranscriptStore, sessions: list[str], *, goal: str, stop: st
     if ledger.bisections:
         lines += ["", "## Bisections", ""]
         lines += [f"- {b.good}..{b.bad} ({b.metric}): {b.outcome} -- {b.reason}" for b in ledger.bisections]
+    if ledger.counters:
+        lines += ["", "## This lab's counters", "",
+                  f"- {', '.join(ledger.counters)} (the profile's [target] uprobes, calls/s; "
+                  f"workload: {ledger.axis or 'its own, no load axis'})"]
     lines += ["", "## Sweeps measured", ""]
     lines += [f"- {c.sweep_id}: build {c.build_id} (patches {', '.join(c.patches) or 'none'}): {_curve(c)}"
               for c in f.sweeps.values()] or ["- none"]

@@ -22,6 +22,12 @@ With one budget for both (the first version), a no-op on the vlab's ~2.3 %-per-w
 still "unknown" at 11 windows in about one comparison in seven (resampling the vlab's own A/B
 windows), so an overnight loop could not decide its no-ops.
 
+The intervals are computed on the log of the ratio B/A (Welch, the delta method for each mean's
+log) and reported back as % change: a CPU share cannot fall by more than 100%, and an interval
+on the raw difference divided by A's mean can say it did ([-106, -60]% for a large cut of a
+noisy A); exp() of a log interval stays above -100%, and is not symmetric around the change.
+Where a mean is not positive (a counter that stays at 0) the raw difference is used.
+
 The rule looks at the data several times (at `min_windows`, then every `step_windows`), so each
 budget is split over the planned looks (Bonferroni): each look uses alpha / looks and
 beta / looks. A false "improved" then has probability at most alpha / 2 over the whole adaptive
@@ -130,6 +136,32 @@ class Judgement(BaseModel):
                 f"+-{self.margin_pct:g}%)")
 
 
+def _log_ratio(a: list[float], b: list[float]) -> tuple[float, float, float] | None:
+    """log(mean B / mean A), its standard error (each mean's log by the delta method: var/mean^2)
+    and Welch's degrees of freedom; None when a mean is not positive or a side has < 2 values."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    if ma <= 0 or mb <= 0:
+        return None
+    va = statistics.variance(a) / len(a) / ma**2
+    vb = statistics.variance(b) / len(b) / mb**2
+    se = math.sqrt(va + vb)
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else math.inf
+    return math.log(mb / ma), se, dof
+
+
+def pct_interval(a: list[float], b: list[float], confidence: float) -> tuple[float, float] | None:
+    """The two-sided `confidence` interval of B's change from A in % (on the log ratio: never
+    below -100%); None when it cannot be computed (a side with < 2 values, a mean <= 0)."""
+    lr = _log_ratio(a, b)
+    if lr is None:
+        return None
+    log, se, dof = lr
+    half = float(stats.t.ppf(0.5 + confidence / 2, dof)) * se if se > 0 else 0.0
+    return 100.0 * math.expm1(log - half), 100.0 * math.expm1(log + half)
+
+
 def judge(a: list[float], b: list[float], rule: DecisionRule, *, higher_is_worse: bool = True,
           margin_pct: float | None = None) -> Judgement:
     """Look once at A's and B's windows. `margin_pct` widens the band of 'same' (bisect uses half
@@ -144,7 +176,18 @@ def judge(a: list[float], b: list[float], rule: DecisionRule, *, higher_is_worse
     p: float | None = None
     ci: tuple[float, float] | None = None
     eq: tuple[float, float] | None = None
-    if len(a) > 1 and len(b) > 1:
+    lr = _log_ratio(a, b)
+    if lr is not None:  # the relative change on the log ratio: inside what a share can do
+        log, se_log, dof_log = lr
+        if se_log == 0:
+            p, half, half_eq = (0.0 if delta else 1.0), 0.0, 0.0
+        else:
+            p = float(2 * stats.t.sf(abs(log) / se_log, dof_log))
+            half = float(stats.t.ppf(1 - alpha / 2, dof_log)) * se_log
+            half_eq = float(stats.t.ppf(1 - beta, dof_log)) * se_log
+        ci = (100.0 * math.expm1(log - half), 100.0 * math.expm1(log + half))
+        eq = (100.0 * math.expm1(log - half_eq), 100.0 * math.expm1(log + half_eq))
+    elif len(a) > 1 and len(b) > 1:
         va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
         se = math.sqrt(va + vb)
         if se == 0:  # identical windows on each side (a counter that does not move)
@@ -166,7 +209,8 @@ def judge(a: list[float], b: list[float], rule: DecisionRule, *, higher_is_worse
         elif ci[0] > 0 or ci[1] < 0:
             worse = (ci[0] > 0) == higher_is_worse
             verdict = "regressed" if worse else "improved"
-    capped = max(len(a), len(b)) >= rule.max_windows
+    # the cap is on the arm that grows: both when interleaved, B when A was measured once at it
+    capped = min(len(a), len(b)) >= rule.max_windows
     return Judgement(verdict=verdict, n_a=len(a), n_b=len(b), mean_a=round(ma, 4),
                      mean_b=round(mb, 4), delta_pct=round(pct, 3),
                      ci_pct=(round(ci[0], 3), round(ci[1], 3)) if ci else None,

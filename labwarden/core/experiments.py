@@ -6,14 +6,14 @@ decided and why, and what it cost. The morning report's ledger is a list of thes
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from labwarden.core.decision import Judgement
 
 Decision = Literal["kept", "dropped", "refuted", "failed"]
-"""kept: improved at the densest point, every gate passed, offered load unchanged; refuted: the
+"""kept: improved at the densest point, no gate failed, offered load unchanged; refuted: the
 rule decided "same" (the patch does not do what it was for -- seed 000's 0905); dropped:
 regressed, undecided at the cap, or a gate failed; failed: it could not be judged (build,
 flash, verification or a measurement failed)."""
@@ -34,6 +34,8 @@ class Screening(BaseModel):
     """The adaptive A/B at the densest point."""
 
     stations: int
+    workload: str | None = Field(None, description="the point in the lab's words: '114 clients', "
+                                 "'its own workload (no load axis)'")
     window_s: float
     metric: str = Field(description="'cpu' (target CPU %) or an uprobe counter name")
     a: Arm
@@ -47,10 +49,42 @@ class Screening(BaseModel):
         return self.looks[-1]
 
 
+GateStatus = Literal["passed", "failed", "not_applicable"]
+"""One status everywhere (gate_check, experiment, sweep, report, summary): not_applicable means
+the lab cannot give the gate's evidence (the reason is the evidence); it never blocks a keep
+and never shows as failed."""
+
+
 class GateResult(BaseModel):
+    """One gate's verdict with its evidence."""
+
     name: str
-    passed: bool
-    evidence: str
+    passed: bool = Field(description="status == passed (a gate that is not applicable has not "
+                         "passed: it was not evaluated)")
+    status: GateStatus = Field(None, validate_default=False,  # type: ignore[assignment]
+                               description="passed | failed | not_applicable (records written "
+                               "before it existed: from `passed`)")
+    evidence: str = Field(description="the numbers the verdict rests on, or why not applicable")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _status(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("status") is None:
+            data = {**data, "status": "passed" if data.get("passed") else "failed"}
+        return data
+
+    @classmethod
+    def judged(cls, name: str, passed: bool, evidence: str) -> Self:
+        return cls(name=name, passed=passed, status="passed" if passed else "failed",
+                   evidence=evidence)
+
+    @classmethod
+    def not_applicable(cls, name: str, why: str) -> Self:
+        return cls(name=name, passed=False, status="not_applicable", evidence=f"n/a: {why}")
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
 
 
 class DensityDelta(BaseModel):
@@ -59,6 +93,18 @@ class DensityDelta(BaseModel):
     b_mean: float
     delta_pct: float
     p_value: float | None
+
+
+class FunctionDelta(BaseModel):
+    """One function's change in the differential flame graph (lab/host/folded.Delta, stored)."""
+
+    symbol: str
+    base_pct: float
+    new_pct: float
+    delta_pp: float
+    base_cpu_pp: float | None = None
+    new_cpu_pp: float | None = None
+    delta_cpu_pp: float | None = None
 
 
 class Cost(BaseModel):
@@ -90,6 +136,9 @@ class Experiment(BaseModel):
     gates: list[GateResult] = Field(default_factory=list)
     flame: dict[str, str | float | int | None] | None = Field(
         None, description="symbolize of B at the densest point against A: svg paths and key")
+    flame_deltas: list[FunctionDelta] = Field(
+        default_factory=list, description="the functions that moved most, B against A: absolute "
+        "CPU (pp of one core) beside share of the samples")
     decision: Decision
     reason: str
     cost: Cost = Field(default_factory=Cost)

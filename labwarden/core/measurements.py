@@ -80,5 +80,8 @@ class SweepRecord(BaseModel):
     cleanup_count: int | None = Field(description="datamodel count after disassociating everyone "
                                       "(None: the DUT has no clients reader)")
     idle_note: str | None = None
+    axis: str | None = Field("clients", description="what the points count (the load's axis: "
+                             "clients, streams); None: a load without one (a DUT busy with its "
+                             "own input, one point 0). Records older than the field: clients")
     parity: str | None = Field(None, description="output of the profile's parity check at the "
                                "densest point (None: none declared)")

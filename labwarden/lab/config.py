@@ -310,6 +310,13 @@ class TargetSection(_Strict):
     rpc_client: str | None = Field(None, description="(older profiles) DUT command whose `--socket "
                                    "S count` counts the stasim load's clients: use [readers] "
                                    "clients instead")
+    prints_git_hash: bool = Field(False, examples=[True], description="`PROCESS --version` "
+                                  "prints the git hash it was built from (the 40-hex hash or an "
+                                  "abbreviation of at least 7): fingerprint_verify then checks it "
+                                  "too. Off (the default), the proof is the running binaries "
+                                  "themselves: sha256 and ELF build-id of each artifact, read on "
+                                  "the DUT; `--version` is never run (a daemon without the "
+                                  "option might start a second instance)")
     perf: str = Field("perf", description="perf on the DUT", examples=["/usr/bin/perf"])
     pidfiles: dict[str, str] = Field(default_factory=dict, description="process name -> DUT pid "
                                      "file; without one, the process is found by name",
@@ -343,6 +350,11 @@ class LeversSection(_Strict):
 
 
 class GatesSection(_Strict):
+    """Gate thresholds, and what the lab declares its evidence to be."""
+
+    load_drives_cpu: bool = Field(False, examples=[True], description="the target's CPU rises "
+                                  "with the workload points (seed 000: the daemon's CPU with its "
+                                  "stations): only then does the cpu_monotonic gate apply")
     unknown_frames_pct_max: float = Field(1.0, ge=0, le=100, examples=[1.0])
     rss_per_client_kb_max: float = Field(64.0, gt=0, examples=[64.0])
 
@@ -357,17 +369,23 @@ class DecisionSection(DecisionRule):
                             "associating to the first window of an A/B segment or sweep point: a "
                             "few monitor cycles, so every client's first sync (a full write-back "
                             "even where a patch gates it) is behind the window")
-    densities: list[int] = Field(default_factory=lambda: [18, 60, 114], min_length=1,
-                                 max_length=12, examples=[[18, 60, 114]], description="the full "
-                                 "sweep of a candidate that survives screening; screening runs at "
-                                 "the last (densest)")
+    densities: list[int] | None = Field(None, min_length=1, max_length=12,
+                                        examples=[[18, 60, 114]], description="the workload "
+                                        "points (clients, streams) of the full sweep of a "
+                                        "candidate that survives screening; screening runs at "
+                                        "the last (densest). Not declared: the load's own "
+                                        "([load] kind: 18/60/114 clients for stations, 1/4/8 "
+                                        "iperf3 streams, 0 for a load of kind none)")
     sweep_reps: int = Field(3, ge=1, le=10, examples=[3], description="windows per density of "
                             "the full sweep")
     interleave: bool = Field(False, examples=[True], description="alternate A and B (a flash per "
+                             "round) while adding windows: only where a flash is cheap. Off: A "
+                             "is measured once at max_windows and B adds windows against it "
+                             "(two flashes in all); "
                              "switch) while adding windows: only where a flash is cheap")
     offered_load_counter: str | None = Field(None, examples=["rpc_calls"], description="the "
                                              "uprobe counter ([target] uprobes) that measures the "
-                                             "offered load (the monitor's RPC calls/s)")
+                                             "offered load (on the vlab, the monitor's RPC calls/s)")
     offered_load_tolerance_pct: float = Field(5.0, gt=0, le=100, examples=[5.0],
                                               description="B's offered load must be within this "
                                               "of A's (mean of per-window rates; never finer than "
@@ -379,9 +397,10 @@ class DecisionSection(DecisionRule):
 
     @model_validator(mode="after")
     def _ascending(self) -> DecisionSection:
-        if self.densities != sorted(set(self.densities)) or self.densities[0] < 1:
-            raise ValueError("decision.densities must be distinct, >= 1 and ascending, e.g. "
-                             "[18, 60, 114]")
+        d = self.densities
+        if d is not None and (d != sorted(set(d)) or d[0] < 0):
+            raise ValueError("decision.densities must be distinct, >= 0 and ascending, e.g. "
+                             "[18, 60, 114] (or [0] for a load of kind none)")
         return self
 
 
@@ -423,6 +442,15 @@ class LabProfile(_Strict):
     policy: PolicySection = Field(default_factory=PolicySection)
 
     source: str | None = Field(None, exclude=True, description="file it was read from")
+
+    @model_validator(mode="after")
+    def _points_fit_the_load(self) -> LabProfile:
+        d = self.decision.densities
+        if self.load.kind == "none" and d is not None and d != [0]:
+            raise ValueError(f"decision.densities: {d} needs a load that holds clients, and "
+                             "[load] kind = \"none\" holds none: leave densities out (the one "
+                             "point is 0) or give [load] a kind with clients")
+        return self
 
     @model_validator(mode="after")
     def _vlab_flashes(self) -> LabProfile:

@@ -9,6 +9,7 @@ build's symbols know; the segments are always the DUT file's own.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -98,6 +99,43 @@ def build_id(path: Path) -> str:
                 for note in section.iter_notes():
                     if note["n_type"] == "NT_GNU_BUILD_ID":
                         return str(note["n_desc"])
+    return ""
+
+
+def build_id_from_head(head: bytes) -> str | None:
+    """The NT_GNU_BUILD_ID of an ELF from its first bytes (the program headers' PT_NOTE segments,
+    which a linker puts in the first page): hex, '' when the ELF has none in `head`, None when
+    `head` is not an ELF. What fingerprint_verify reads of a running binary on the DUT."""
+    if head[:4] != b"\x7fELF" or len(head) < 64:
+        return None
+    wide, order = head[4] == 2, "<" if head[5] == 1 else ">"
+    if wide:
+        phoff, = struct.unpack_from(order + "Q", head, 32)
+        phentsize, phnum = struct.unpack_from(order + "HH", head, 54)
+    else:
+        phoff, = struct.unpack_from(order + "I", head, 28)
+        phentsize, phnum = struct.unpack_from(order + "HH", head, 42)
+    for i in range(phnum):
+        at = phoff + i * phentsize
+        if at + phentsize > len(head):
+            break
+        p_type, = struct.unpack_from(order + "I", head, at)
+        if p_type != 4:  # PT_NOTE
+            continue
+        if wide:
+            off, = struct.unpack_from(order + "Q", head, at + 8)
+            size, = struct.unpack_from(order + "Q", head, at + 32)
+        else:
+            off, = struct.unpack_from(order + "I", head, at + 4)
+            size, = struct.unpack_from(order + "I", head, at + 16)
+        pos, end = off, min(off + size, len(head))
+        while pos + 12 <= end:
+            namesz, descsz, ntype = struct.unpack_from(order + "III", head, pos)
+            name_at = pos + 12
+            desc_at = name_at + ((namesz + 3) & ~3)
+            if ntype == 3 and head[name_at:name_at + namesz].rstrip(b"\0") == b"GNU":
+                return head[desc_at:desc_at + descsz].hex()
+            pos = desc_at + ((descsz + 3) & ~3)
     return ""
 
 

@@ -97,6 +97,7 @@ clients = ["stacli", "--socket", "/run/stad.sock", "count"]
 
 [target]
 process = "stad"
+prints_git_hash = true                 # `stad --version` prints its commit: fingerprint_verify checks it
 library = "/usr/lib/libsta.so"
 suspects = ["stamon"]
 uprobes = {{ rpc_calls = "getStationStats", dm_write_txns = "dm_finalize_transaction" }}
@@ -115,6 +116,7 @@ monitor_config = "stamon"
 monitor_reload = ["service", "stamon", "restart"]
 
 [gates]
+load_drives_cpu = true                 # the daemon's CPU rises with its stations: cpu_monotonic applies
 unknown_frames_pct_max = 1.0
 rss_per_client_kb_max = 64.0
 

@@ -70,6 +70,25 @@ class ReportData(BaseModel):
     saturations: list[dict[str, Any]] = []
     """saturate results (the bracket/bisect windows, the answer, the limit and its check)."""
 
+    @property
+    def axis(self) -> str | None:
+        """What the workload points count (the sweeps' load axis: clients, streams); None on a
+        DUT without a load."""
+        return next((s.sweep.axis for s in self.stages), "clients")
+
+    def point(self, n: int) -> str:
+        """A workload point in the lab's own words: "114 clients", "4 streams", "own workload"."""
+        return "own workload" if self.axis is None else f"{n} {self.axis}"
+
+    @property
+    def counters(self) -> list[str]:
+        """The lab's own counters (its profile's uprobes, as measured), in first-seen order."""
+        seen: dict[str, None] = {}
+        for s in self.stages:
+            for p in s.sweep.points:
+                seen.update(dict.fromkeys(p.counters))
+        return list(seen)
+
 
 def _load(records: RecordStore, kind: str, rid: str, cls: type[BaseModel]) -> Any:
     try:
@@ -90,7 +109,8 @@ def _experiment(records: RecordStore, exp: Experiment, stages: list[Stage],
             profs = [_load(records, "prof", p.profile_id, ProfileRecord) for p in rec.points]
             stages.append(Stage(label=rec.label or label, sweep=rec, profiles=[p for p in profs if p]))
     if exp.flame and exp.flame.get("svg"):
-        syms.append({**exp.flame, "dominant_path": [], "functions": []})
+        syms.append({**exp.flame, "dominant_path": [], "functions": [],
+                     "top_deltas": [d.model_dump() for d in exp.flame_deltas]})
 
 
 def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,

@@ -1,4 +1,4 @@
-"""The report's plots as inline SVG (matplotlib, no display): CPU vs clients per stage, and
+"""The report's plots as inline SVG (matplotlib, no display): CPU vs the workload per stage, and
 for traffic studies throughput and the DUT's CPU vs offered load, and delivered vs offered
 packet rate per saturation search."""
 
@@ -15,16 +15,19 @@ import matplotlib.pyplot as plt
 from labwarden.report.data import Stage
 
 
-def curves_svg(stages: list[Stage]) -> str:
+def curves_svg(stages: list[Stage], axis: str | None = "clients") -> str:
+    """CPU per stage over the workload points (`axis`: what they count; None: one point, the
+    DUT's own workload, drawn at 0)."""
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     for st in stages:
         xs = [p.stations for p in st.sweep.points]
         ys = [p.cpu_mean for p in st.sweep.points]
         es = [p.cpu_stdev for p in st.sweep.points]
         ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=st.label)
-    ax.set_xlabel("associated clients")
+    ax.set_xlabel(axis or "the DUT's own workload (no load axis)")
     ax.set_ylabel("target CPU, % of one core")
-    ax.set_title("CPU vs clients, per stage (mean ± stdev over reps)")
+    ax.set_title(f"CPU {'vs ' + axis if axis else 'at its own workload'}, per stage "
+                 "(mean ± stdev over reps)")
     ax.grid(alpha=0.3)
     ax.set_ylim(bottom=0)
     if stages:

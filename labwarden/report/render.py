@@ -37,7 +37,7 @@ def _flames(d: ReportData) -> list[dict[str, str]]:
         if path is not None and path.is_file():
             pid = s["baseline_profile_id"] if key == "baseline_svg" else s["profile_id"]
             caption = (f"profile {pid}" if key == "baseline_svg" else
-                       f"profile {pid} at {s.get('stations', '?')} clients, {s['samples']} samples, "
+                       f"profile {pid} at {d.point(s.get('stations', 0))}, {s['samples']} samples, "
                        f"{s['unknown_pct']}% unknown frames")
             # a data: URL keeps the SVG an XML document (srcdoc would parse it as HTML), and its
             # scripts (inferno's zoom and search) run inside the sandboxed frame
@@ -62,7 +62,7 @@ def render(d: ReportData) -> str:
                              autoescape=jinja2.select_autoescape(["html", "j2"]))
     densities = sorted({p.stations for s in d.stages for p in s.sweep.points})
     return env.get_template("report.html.j2").render(
-        d=d, plot=curves_svg(d.stages), densities=densities, point=_point, flames=_flames(d),
+        d=d, plot=curves_svg(d.stages, d.axis), densities=densities, point=_point, flames=_flames(d),
         notes=_notes(d), traffic_plot=traffic_svg(d.traffic) if d.traffic else "",
         saturation_plot=saturation_svg(d.saturations) if d.saturations else "",
         traffic_label=traffic_label,

@@ -129,7 +129,8 @@ def _sweep(rec: SweepRecord) -> tuple[str, str]:
     densities = "/".join(str(p.stations) for p in rec.points) or "no points"
     label = f"'{clean(rec.label, 64)}'" if rec.label else rec.id
     cpu = " -> ".join(f"{p.cpu_mean:.1f}%" for p in rec.points)
-    return (f"sweep {label}: {densities} clients, {_build(rec.build_id)}",
+    unit = f"{densities} {rec.axis}" if rec.axis else "its own workload"
+    return (f"sweep {label}: {unit}, {_build(rec.build_id)}",
             f"Sweep {rec.id} started {rec.started_at:%Y-%m-%d %H:%M} UTC: {rec.reps} x "
             f"{rec.window_s:g} s windows per density; target CPU (% of one core) {cpu}.")
 

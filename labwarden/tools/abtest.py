@@ -1,12 +1,15 @@
 """A/B measurement at one density, shared by `experiment` and `bisect` (a helper, not a tool):
 switch the DUT to a build (flash, verify, re-pin what the flash drifted as the policy allows),
-hold the clients, measure windows; and the adaptive loop that adds windows until the decision
+hold the workload point (through the load driver: clients, streams, or
+a DUT busy with its own input), measure windows; and the adaptive loop that adds windows until the decision
 rule decides or reaches its cap.
 
 With `[decision] interleave` (a cheap flash, as on the vlab) the rounds go A B, B A, A B...:
 each round starts on the build the last one ended on, so it costs one flash, and drift over
-time hits both arms alike. Without it, A is measured once (min_windows) and later windows go to
-B only: no flash after the first two.
+time hits both arms alike. Without it (a flash that costs a reboot), A is measured once, at the
+rule's cap (max_windows), and B adds windows against it: no flash after the first two, and A's
+mean as settled as it can be -- an A of min_windows would leave Welch's interval a few degrees
+of freedom, and a no-op could never be called "same".
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ from labwarden.core.decision import DecisionRule, judge, next_windows
 from labwarden.core.errors import LabError, ToolError
 from labwarden.core.experiments import Arm, Screening
 from labwarden.lab import knobs
-from labwarden.lab.dut import datamodel
-from labwarden.lab.host.stasim import StasimLoad
+from labwarden.lab.drivers import load as load_drivers
 from labwarden.tools import associate, fingerprint, flash, parity, profile
 from labwarden.tools.context import LabContext
+
+MAX_REPS: int = next(m.le for m in profile.ProfileInput.model_fields["reps"].metadata
+                     if getattr(m, "le", None) is not None)
+"""Windows one profile call measures at most (a longer segment is several calls)."""
 
 
 class ParityMismatch(LabError):
@@ -79,7 +85,8 @@ def metric_values(rec: profile.ProfileRecord, metric: str) -> list[float]:
 
 
 class AB:
-    """One adaptive A/B at `stations` clients; `run()` returns its Screening."""
+    """One adaptive A/B at the workload point `stations` (clients, streams; 0 on a load without an
+    axis); `run()` returns its Screening."""
 
     def __init__(self, ctx: LabContext, a: str, b: str, *, stations: int, rule: DecisionRule,
                  window_s: float, metric: str = "cpu", higher_is_worse: bool = True,
@@ -97,16 +104,23 @@ class AB:
         self.screening = Screening(stations=stations, window_s=window_s, metric=metric,
                                    a=Arm(build_id=a), b=Arm(build_id=b), looks=[])
         self.parity: dict[str, str | None] = {}
+        self.load: load_drivers.LoadDriver | None = None  # bound at the first segment
+
+    def _driver(self) -> load_drivers.LoadDriver:
+        if self.load is None:
+            self.load = load_drivers.for_profile(self.ctx.profile, self.ctx.device)
+            self.screening.workload = load_drivers.label(self.load, self.screening.stations)
+        return self.load
 
     async def _segment(self, name: str, arm: Arm, k: int) -> None:
         """k more windows of one arm (switching the DUT to it first when needed)."""
         ctx, n = self.ctx, self.screening.stations
+        settle = 0.0
         if await switch_to(ctx, arm.build_id):
             self.screening.flashes += 1
-        held = (await datamodel.count(ctx.device, ctx.profile)).get("total") == n \
-            and StasimLoad.of(ctx.profile.load).running()
-        settle = 0.0
-        if not held:
+            settle = ctx.profile.decision.settle_s  # a new boot's first seconds are start-up
+        load = self._driver()
+        if not await load_drivers.is_held(load, ctx.device, ctx.profile, n):
             await associate.run(ctx, associate.AssociateInput(stations=n))
             settle = ctx.profile.decision.settle_s
         if self.with_parity and name not in self.parity:
@@ -118,15 +132,23 @@ class AB:
                                      "the patch changes what the daemon answers: keep its output "
                                      "identical (the profile's parity_check)")
         await ctx.report(len(arm.values), None, f"{name.upper()} ({arm.build_id}): {k} window(s) "
-                         f"of {self.window_s:g} s at {n} clients")
+                         f"of {self.window_s:g} s at {self.screening.workload}")
+        while k > 0:  # a profile call measures at most MAX_REPS windows
+            reps = min(k, MAX_REPS)
+            await self._measure(name, arm, n, reps, settle)
+            k, settle = k - reps, 0.0
+
+    async def _measure(self, name: str, arm: Arm, n: int, reps: int, settle: float) -> None:
+        ctx = self.ctx
         rec = await profile.measure(ctx, profile.ProfileInput(
-            stations=n, window_s=self.window_s, reps=k, perf=False,
+            stations=n, window_s=self.window_s, reps=reps, perf=False,
             uprobes=self.load_counter is not None or self.metric != "cpu", settle_s=settle),
             associate_first=False)
-        bad = [w.rep for w in rec.windows if w.restarted or w.datamodel_end != n]
+        # the DUT's count where it has one (None: not measured here, nothing to compare)
+        bad = [w.rep for w in rec.windows if w.restarted or w.datamodel_end not in (None, n)]
         if bad:
             raise ToolError("device", f"{name.upper()} ({arm.build_id}): the target restarted or "
-                            f"clients were lost in window(s) {bad} (does the build crash?)",
+                            f"the workload was lost in window(s) {bad} (does the build crash?)",
                             "read the daemon's log on the DUT; such a build cannot be judged")
         arm.values += metric_values(rec, self.metric)
         if self.load_counter is not None:
@@ -147,7 +169,10 @@ class AB:
             while True:
                 for name in order:
                     arm = arms[name]
-                    want = target if (self.interleave or name == "b" or not arm.values) else len(arm.values)
+                    if self.interleave or name == "b":
+                        want = target
+                    else:  # A once, at the cap; B adds windows against it
+                        want = max(self.rule.max_windows, len(arm.values))
                     if want > len(arm.values):
                         await self._segment(name, arm, want - len(arm.values))
                 look = judge(s.a.values, s.b.values, self.rule, higher_is_worse=self.higher_is_worse,

@@ -45,7 +45,8 @@ class AssociateOutput(BaseModel):
     associated: int = Field(description="clients the load was asked to hold")
     datamodel_count: int | None = Field(description="clients the DUT itself counts (None: the "
                                         "DUT has no clients reader, so nothing was verified)")
-    per_radio: list[int] = Field(description="datamodel count per VAP, in VAP order")
+    per_radio: list[int] = Field(description="datamodel count per VAP, in VAP order (empty: the "
+                                 "reader gives a total only)")
     even_split: bool = Field(description="max - min per radio <= 1 over all radios")
     duration_s: float
     note: str | None = Field(None, description="why the count was not verified, when it was not")
@@ -84,7 +85,8 @@ async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
     healed = await assert_topology(ctx) if n else []
     if healed:
         await ctx.report(0, 2, "healed the topology: " + ", ".join(healed))
-    await ctx.report(0, 2, f"holding {n} stations")
+    where = load_drivers.label(load, n)
+    await ctx.report(0, 2, f"holding {where}")
     try:
         await load.hold(n)
     except LoadError as exc:
@@ -101,19 +103,24 @@ async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
                             f"see {load.where()}; lab_status")
         await asyncio.sleep(0.1)
     if counts is None:  # nothing on the DUT to check against: say so, never claim a count
-        await ctx.report(2, 2, f"{n} stations held; {datamodel.NOT_APPLICABLE}")
+        await ctx.report(2, 2, f"{where} held; {datamodel.NOT_APPLICABLE}")
         return AssociateOutput(associated=n, datamodel_count=None, per_radio=[],
                                even_split=True, duration_s=round(time.monotonic() - t0, 2),
                                note=datamodel.NOT_APPLICABLE, healed=healed)
     per_radio = [v for k, v in sorted(counts.items(), key=lambda kv: kv[0]) if k != "total"]
+    await ctx.report(2, 2, f"{where} verified in the datamodel")
+    if not per_radio:  # a reader that prints only the total (`N`, documented): no split to check
+        return AssociateOutput(associated=n, datamodel_count=counts["total"], per_radio=[],
+                               even_split=True, duration_s=round(time.monotonic() - t0, 2),
+                               note="the clients reader gives a total only: the split over "
+                               "radios was not checked", healed=healed)
     per_radio = per_radio[: load.radios] + [0] * (load.radios - len(per_radio))
     even = max(per_radio) - min(per_radio) <= 1
     if n and not even and prof.topology is not None:  # asserted above: the split must follow it
-        raise ToolError("device", f"{n} clients held but split {per_radio} over the radios, with "
+        raise ToolError("device", f"{where} held but split {per_radio} over the radios, with "
                         f"the topology asserted ({len(prof.topology.vaps)} VAPs)",
                         f"[load] radios ({load.radios}) must match [topology] vaps; see "
                         f"{load.where()}; lab_status")
-    await ctx.report(2, 2, f"{n} stations verified in the datamodel")
     return AssociateOutput(associated=n, datamodel_count=counts["total"], per_radio=per_radio,
                            even_split=even, duration_s=round(time.monotonic() - t0, 2),
                            healed=healed)

@@ -1,6 +1,7 @@
 """bisect: between a good and a bad ref of the firmware repo, find the first commit whose
 measurement regresses -- as Pinpoint and `git bisect run` do, each step judged by the same
-pre-registered decision rule (A/B at the densest point, adaptive windows).
+pre-registered decision rule (A/B at the densest workload point -- the profile's, else the
+load's own, 0 on a DUT without a load -- adaptive windows).
 
 Destructive: builds and flashes each tested commit. First it shows that bad regressed against
 good (otherwise there is nothing to find); then each midpoint is compared with good --
@@ -25,6 +26,7 @@ from labwarden.core.errors import LabError, ToolError
 from labwarden.core.experiments import Bisection, BisectStep
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
 from labwarden.tools import abtest
 from labwarden.tools.build import compiled, recipe
@@ -98,7 +100,7 @@ async def _build(ctx: LabContext, commit: str) -> str:
 async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
     t0 = time.monotonic()
     dec = ctx.profile.decision
-    stations = dec.densities[-1]
+    stations = load_drivers.points(ctx.profile)[-1]
     if inp.metric != "cpu" and inp.metric not in ctx.profile.target.uprobes:
         raise ToolError("invalid_input", f"metric: {inp.metric!r} is neither 'cpu' nor a counter "
                         "of the profile", f"counters: {', '.join(ctx.profile.target.uprobes) or 'none'}")

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from scipy import stats
 
+from labwarden.core.decision import pct_interval
 from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
@@ -39,6 +40,8 @@ class DensityDelta(BaseModel):
     delta_pct: float = Field(description="relative change, % of the baseline")
     p_value: float | None = Field(description="Welch's t-test, two-sided (None with < 2 reps)")
     ci95_pp: tuple[float, float] | None = Field(description="95% CI of the difference (Welch)")
+    ci95_pct: tuple[float, float] | None = Field(None, description="95% CI of delta_pct, on the "
+                                                 "log ratio (never below -100%)")
     verdict: Verdict
 
 
@@ -84,9 +87,12 @@ def judge(a: list[float], b: list[float], alpha: float, min_effect_pct: float) -
         verdict = "no change"
     else:
         verdict = "inconclusive"
+    pct_ci = pct_interval(a, b, 0.95)
     return DensityDelta(stations=0, baseline_mean=round(ma, 3), candidate_mean=round(mb, 3),
                         delta_pp=round(delta, 3), delta_pct=round(pct, 2),
-                        p_value=None if p is None else round(p, 6), ci95_pp=ci, verdict=verdict)
+                        p_value=None if p is None else round(p, 6), ci95_pp=ci,
+                        ci95_pct=(round(pct_ci[0], 2), round(pct_ci[1], 2)) if pct_ci else None,
+                        verdict=verdict)
 
 
 def _conditions(store: RecordStore, rec: SweepRecord) -> list:  # type: ignore[type-arg]

@@ -1,6 +1,7 @@
 """env_pin: pin the measurement conditions and set the profile's config levers -- governor
 performance, boost off, topology as the profile names it, process manager on; optionally lower
-the trace zones (the config half of a trace short-circuit) and choose the monitor's RPC.
+the trace zones (the config half of a trace short-circuit) and choose the monitor's RPC, where
+the profile declares those levers ([levers]).
 
 Mutates DUT configuration (every change is listed in the result and the transcript). A reboot
 undoes the runtime part (drift): the guard heals that before measuring, if its policy allows.

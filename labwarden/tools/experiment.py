@@ -1,12 +1,15 @@
 """experiment: judge one candidate patch end to end -- build base (A) and base + patch (B), flash,
-verify, screen A against B at the densest point with the pre-registered decision rule (adding
-windows while it says "unknown"), check functional and offered-load parity, then for a survivor
-the full sweeps, compare and every gate; decide kept / dropped / refuted / failed by a rule in
-code, and store the experiment as a record with its cost.
+verify, screen A against B at the densest workload point (the profile's `[decision] densities`,
+else the load's own: 114 clients on a station lab, 0 -- its own input -- on a DUT without a
+load) with the pre-registered decision rule (adding windows while it says "unknown"), check
+functional and offered-load parity, then for a survivor the full sweeps, compare and every gate;
+decide kept / dropped / refuted / failed by a rule in code, and store the experiment as a record
+with its cost.
 
 Destructive: flashes A and B (on a lab whose flash is cheap, alternately). One call per
-candidate, with progress. Kept only when the verdict at the densest point is "improved", every
-gate passes and the offered load is the same; "refuted" when the rule decided "same".
+candidate, with progress. Kept only when the verdict at the densest point is "improved", no gate
+failed (a gate whose evidence the lab cannot give is not applicable: it does not block) and the
+offered load is the same where it is measured; "refuted" when the rule decided "same".
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from pydantic import BaseModel, Field
 from labwarden.core.decision import Verdict
 from labwarden.core.errors import LabError, ToolError
 from labwarden.core.events import ModelCall, ToolCalled
-from labwarden.core.experiments import Cost, Decision, DensityDelta, Experiment, GateResult
+from labwarden.core.experiments import Cost, Decision, DensityDelta, Experiment, FunctionDelta, GateResult
 from labwarden.core.measurements import SweepRecord
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
 from labwarden.lab.host.patchstore import PatchStore, ProtectedArtifact
 from labwarden.tools import abtest, compare, gate_check, parity, sweep, symbolize
@@ -46,7 +50,8 @@ class ExperimentOutput(BaseModel):
     decision: Decision
     reason: str
     verdict: Verdict | None = Field(description="the decision rule at the densest point")
-    stations: int | None
+    stations: int | None = Field(description="the workload point screened (clients, streams; 0 "
+                                 "on a DUT without a load)")
     mean_a: float | None = Field(description="metric of A at the densest point (CPU %)")
     mean_b: float | None
     delta_pct: float | None
@@ -59,6 +64,9 @@ class ExperimentOutput(BaseModel):
     windows: tuple[int, int] | None = Field(description="windows of A and B the rule needed")
     offered_load: str | None = Field(description="the offered-load gate's evidence")
     gates_failed: list[str]
+    gates_not_applicable: list[str] = Field(default_factory=list, description="gates whose "
+                                            "evidence this lab cannot give: they neither pass "
+                                            "nor block a keep (the reason is in the record)")
     build_a: str | None
     build_b: str | None
     sweep_a: str | None
@@ -118,7 +126,8 @@ async def _a_sweep(ctx: LabContext, store: RecordStore, build: str, label: str) 
                     rec = store.load("swp", sid, SweepRecord)
                 except RecordNotFound:
                     continue
-                if ([p.stations for p in rec.points] == dec.densities and rec.reps == dec.sweep_reps
+                if ([p.stations for p in rec.points] == load_drivers.points(ctx.profile)
+                        and rec.reps == dec.sweep_reps
                         and rec.window_s == dec.window_s):
                     return sid
     return await _sweep(ctx, build, label)
@@ -127,7 +136,8 @@ async def _a_sweep(ctx: LabContext, store: RecordStore, build: str, label: str) 
 async def _sweep(ctx: LabContext, build: str, label: str) -> str:
     dec = ctx.profile.decision
     await abtest.switch_to(ctx, build)
-    out = await sweep.run(ctx, sweep.SweepInput(densities=dec.densities, reps=dec.sweep_reps,
+    out = await sweep.run(ctx, sweep.SweepInput(densities=load_drivers.points(ctx.profile),
+                                                reps=dec.sweep_reps,
                                                 window_s=dec.window_s, perf=True, label=label,
                                                 settle_s=dec.settle_s))
     return out.sweep_id
@@ -146,7 +156,7 @@ async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels
     gates = await gate_check.run(ctx, gate_check.GateInput(sweep_id=exp.sweep_b,
                                                            baseline_sweep_id=exp.sweep_a))
     screened = {x.name for x in exp.gates}  # the parity gates again, now on the full sweeps
-    exp.gates += [GateResult(name=g.name, passed=g.passed,
+    exp.gates += [GateResult(name=g.name, passed=g.passed, status=g.status,
                              evidence=("full sweep: " if g.name in screened else "") + g.evidence)
                   for g in gates.gates]
     a, b = (store.load("swp", s, SweepRecord) for s in (exp.sweep_a, exp.sweep_b))
@@ -158,33 +168,36 @@ async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels
                      "diff_svg": getattr(sym, "diff_svg", None),
                      "baseline_svg": getattr(sym, "baseline_svg", None),
                      "stations": sym.stations, "samples": sym.samples, "unknown_pct": sym.unknown_pct}
+        exp.flame_deltas = [FunctionDelta.model_validate(d.model_dump()) for d in sym.top_deltas[:6]]
     except LabError as exc:  # a flame graph is evidence, not a gate: say why it is missing
         exp.flame = {"error": exc.problem}
 
 
-def _decide(exp: Experiment) -> tuple[Decision, str]:
+def _decide(exp: Experiment, where: str) -> tuple[Decision, str]:
     """The rule, in code: kept only when the densest point says "improved", the offered load is
-    the same, and every gate passes."""
+    the same, and no gate failed (a gate the lab cannot give evidence for is not_applicable: it
+    neither passes nor blocks). `where`: the screened workload point in words."""
     assert exp.screening is not None and exp.screening.looks
     look = exp.screening.final
     load = next((g for g in exp.gates if g.name == "offered_load_parity"), None)
     if look.verdict == "same":
-        return "refuted", (f"no effect: the rule decided 'same' at {exp.screening.stations} clients "
-                           f"-- {look.describe()}")
+        return "refuted", f"no effect: the rule decided 'same' at {where} -- {look.describe()}"
     if look.verdict == "regressed":
-        return "dropped", f"regressed at {exp.screening.stations} clients -- {look.describe()}"
+        return "dropped", f"regressed at {where} -- {look.describe()}"
     if look.verdict == "unknown":
         return "dropped", (f"undecided after {look.n_b} windows (the cap) -- {look.describe()}")
-    if load is not None and not load.passed:
+    if load is not None and load.failed:
         return "dropped", f"offered load changed: {load.evidence} -- the drop is less work, not a fix"
-    failed = [g for g in exp.gates if not g.passed]
+    failed = [g for g in exp.gates if g.failed]
     if failed:
         return "dropped", "gates failed: " + "; ".join(f"{g.name} ({g.evidence})" for g in failed)
     if exp.sweep_b is None:
         return "dropped", "no full sweep (internal: a survivor always gets one)"
-    return "kept", (f"improved at {exp.screening.stations} clients ({look.delta_pct:+.1f}%, "
-                    f"{look.interval_text()}), "
-                    "offered load unchanged, every gate passed")
+    na = list(dict.fromkeys(g.name for g in exp.gates if g.status == "not_applicable"))
+    return "kept", (f"improved at {where} ({look.delta_pct:+.1f}%, {look.interval_text()}), "
+                    + ("offered load unchanged, " if load is not None and load.status == "passed"
+                       else "")
+                    + "no gate failed" + (f" (not applicable here: {', '.join(na)})" if na else ""))
 
 
 async def _screen(ctx: LabContext, exp: Experiment) -> None:
@@ -192,7 +205,7 @@ async def _screen(ctx: LabContext, exp: Experiment) -> None:
     parity outputs) land on `exp` even when it stops early."""
     assert exp.build_a and exp.build_b
     dec = ctx.profile.decision
-    ab = abtest.AB(ctx, exp.build_a, exp.build_b, stations=dec.densities[-1], rule=dec,
+    ab = abtest.AB(ctx, exp.build_a, exp.build_b, stations=load_drivers.points(ctx.profile)[-1], rule=dec,
                    window_s=dec.window_s, interleave=dec.interleave, with_parity=True)
 
     async def look(text: str) -> None:
@@ -235,19 +248,20 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
                      session_id=ctx.session_id, started_at=datetime.now(UTC), decision="failed",
                      reason="not finished")
     labels = (_label(base, ref), _label([*base, meta.name if meta else inp.patch], ref))
+    where = load_drivers.label(load_drivers.for_profile(ctx.profile, ctx.device),
+                               load_drivers.points(ctx.profile)[-1])
     try:
         await ctx.report(0, 5, f"building A ({labels[0]}) and B ({labels[1]})")
         exp.build_a = await _build(ctx, base, ref)
         exp.build_b = await _build(ctx, [*base, inp.patch], ref)
         _same_protected(ctx, exp)
-        await ctx.report(1, 5, f"screening at {ctx.profile.decision.densities[-1]} clients "
-                         f"(A {exp.build_a}, B {exp.build_b})")
+        await ctx.report(1, 5, f"screening at {where} (A {exp.build_a}, B {exp.build_b})")
         await _screen(ctx, exp)
         assert exp.screening is not None
-        load_ok = all(g.passed for g in exp.gates if g.name == "offered_load_parity")
+        load_ok = not any(g.failed for g in exp.gates if g.name == "offered_load_parity")
         if exp.screening.final.verdict == "improved" and load_ok:
             await _survivor(ctx, exp, store, labels)
-        exp.decision, exp.reason = _decide(exp)
+        exp.decision, exp.reason = _decide(exp, where)
     except ProtectedArtifact as exc:  # before any flash: nothing to judge
         exp.decision, exp.reason = "dropped", exc.problem
     except abtest.ParityMismatch as exc:  # before B's windows: nothing else to judge
@@ -278,7 +292,10 @@ def summarize(exp: Experiment) -> ExperimentOutput:
         delta_pct=look.delta_pct if look else None, ci_pct=look.ci_pct if look else None,
         equivalence_pct=look.same_ci_pct if look else None,
         windows=(look.n_a, look.n_b) if look else None, offered_load=load,
-        gates_failed=[g.name for g in exp.gates if not g.passed], build_a=exp.build_a,
+        gates_failed=[g.name for g in exp.gates if g.failed],
+        gates_not_applicable=list(dict.fromkeys(g.name for g in exp.gates
+                                                if g.status == "not_applicable")),
+        build_a=exp.build_a,
         build_b=exp.build_b, sweep_a=exp.sweep_a, sweep_b=exp.sweep_b, cost_usd=exp.cost.usd,
         lab_seconds=exp.cost.lab_seconds)
 

@@ -1,9 +1,11 @@
 """fingerprint_verify: prove what runs on the DUT is the build, by binary fingerprint.
 
-Read-only. Checks the running process's embedded git hash (asking the running image itself via
-/proc/PID/exe), the sha256 of every deployed file read on the DUT, that the running process maps
-the deployed files (not an overlay copy, not a replaced-but-still-running one), and that the
-overlay is empty. A check that fails, or cannot be completed, withdraws every earlier
+Read-only. The proof is the binaries themselves, read on the DUT: the sha256 and ELF build-id of
+every deployed artifact, the build-id of the image the target process runs (/proc/PID/exe: what
+runs, even if the file was replaced since), that the process maps the deployed files (not an
+overlay copy), and that the overlay is empty. Where the profile says the target prints its git
+hash (`[target] prints_git_hash`), that is checked too (full, or an abbreviation of 7+ hex).
+A check that fails, or cannot be completed, withdraws every earlier
 "verified" for this DUT. Never trusts DISTRIB_REVISION or package metadata: they lie when an image is
 patched but not bumped (the revision is reported, marked as not used).
 """
@@ -18,6 +20,7 @@ from pydantic import BaseModel, Field
 from labwarden.core.devtext import DeviceText
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.dut import procs
+from labwarden.lab.elfsym import build_id_from_head
 from labwarden.lab.host.builder import BuildManifest
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
@@ -31,7 +34,7 @@ class FingerprintInput(ToolInput):
 
 class Mismatch(BaseModel):
     path: DeviceText
-    check: str = Field(description="sha256 | git_hash | mapped | overlay | process")
+    check: str = Field(description="sha256 | build_id | git_hash | mapped | overlay | process")
     expected: str
     actual: DeviceText
 
@@ -40,12 +43,14 @@ class FingerprintOutput(BaseModel):
     verified: bool
     build_id: str
     git_hash_expected: str
-    git_hash_running: DeviceText | None
+    git_hash_running: DeviceText | None = Field(description="what the running target prints "
+                                                "(None: [target] prints_git_hash is off)")
     mismatches: list[Mismatch]
     overlay_empty: bool
     overlay_files: list[DeviceText] = Field(description="first files found in the overlay")
     release_revision: DeviceText | None = Field(
         None, description="DISTRIB_REVISION as the DUT reports it: shown, never trusted")
+    proven_by: list[str] = Field(default_factory=list, description="what was checked")
 
 
 def _revoke(ctx: LabContext) -> None:
@@ -76,9 +81,16 @@ async def run(ctx: LabContext, inp: FingerprintInput) -> FingerprintOutput:
     return out
 
 
+def hash_matches(printed: str | None, built: str) -> bool:
+    """The hash a binary prints names the commit built: the full hash, or an abbreviation of at
+    least 7 hex digits (a Makefile's `git rev-parse --short` default) that starts it."""
+    return printed is not None and len(printed) >= 7 and built.startswith(printed)
+
+
 async def _check(ctx: LabContext, manifest: BuildManifest) -> FingerprintOutput:
     prof, dev = ctx.profile, ctx.device
     mismatches: list[Mismatch] = []
+    proven: list[str] = []
 
     proc = await procs.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
     running_hash = None
@@ -86,21 +98,30 @@ async def _check(ctx: LabContext, manifest: BuildManifest) -> FingerprintOutput:
         mismatches.append(Mismatch(path=prof.target.process, check="process",
                                    expected="running", actual="not running"))
     else:
-        ver = await dev.run([f"/proc/{proc.pid}/exe", "--version"], timeout=10)
-        m = _HASH.search(ver.stdout)
-        running_hash = m.group(1) if m else ver.stdout.strip()[:80] or None
-        if running_hash != manifest.git_hash:
-            mismatches.append(Mismatch(path=f"/proc/{proc.pid}/exe", check="git_hash",
-                                       expected=manifest.git_hash, actual=str(running_hash)))
+        exe_path = f"/proc/{proc.pid}/exe"
+        if prof.target.prints_git_hash:
+            ver = await dev.run([exe_path, "--version"], timeout=10)
+            m = _HASH.search(ver.stdout)
+            running_hash = m.group(1) if m else ver.stdout.strip()[:80] or None
+            if not hash_matches(running_hash, manifest.git_hash):
+                mismatches.append(Mismatch(path=exe_path, check="git_hash",
+                                           expected=manifest.git_hash, actual=str(running_hash)))
+            proven.append("the git hash the running target prints")
         maps = (await dev.read_file(f"/proc/{proc.pid}/maps")).decode(errors="replace")
         mapped = {ln.split(None, 5)[5] for ln in maps.splitlines() if len(ln.split(None, 5)) == 6}
-        exe = (await dev.run(["readlink", f"/proc/{proc.pid}/exe"])).stdout.strip()
+        exe = (await dev.run(["readlink", exe_path])).stdout.strip()
         for art in manifest.artifacts:
             base = art.path.rsplit("/", 1)[-1]
             if art.name == prof.target.process:
                 if exe != art.path:
                     mismatches.append(Mismatch(path=art.path, check="mapped", expected=art.path,
                                                actual=exe or "?"))
+                if art.build_id:  # the image the process runs, even if the file was replaced
+                    running = build_id_from_head(await dev.read_head(exe_path))
+                    if running != art.build_id:
+                        mismatches.append(Mismatch(path=exe_path, check="build_id",
+                                                   expected=art.build_id, actual=running or "none"))
+                    proven.append("the ELF build-id of the running target (/proc/PID/exe)")
             elif art.name.endswith(".so") or ".so." in art.name:
                 hits = sorted(p for p in mapped if p.rsplit("/", 1)[-1].startswith(base))
                 if hits and hits != [art.path]:
@@ -113,6 +134,16 @@ async def _check(ctx: LabContext, manifest: BuildManifest) -> FingerprintOutput:
         if actual != art.sha256:
             mismatches.append(Mismatch(path=art.path, check="sha256", expected=art.sha256,
                                        actual=actual or "missing"))
+        elif art.build_id:
+            bid = build_id_from_head(await dev.read_head(art.path))
+            if bid != art.build_id:
+                mismatches.append(Mismatch(path=art.path, check="build_id", expected=art.build_id,
+                                           actual=bid or "none"))
+    with_bid = sum(1 for a in manifest.artifacts if a.build_id)
+    proven.append(f"sha256 of {len(manifest.artifacts)} artifact(s) and the ELF build-id of "
+                  f"{with_bid}, read on the DUT")
+    if not prof.target.prints_git_hash:
+        proven.append("git hash not checked ([target] prints_git_hash is off)")
 
     found = await dev.run(["find", prof.dut.paths.overlay, "-mindepth", "1", "-type", "f"])
     overlay_files = [ln for ln in found.stdout.splitlines() if ln.strip()]
@@ -131,7 +162,8 @@ async def _check(ctx: LabContext, manifest: BuildManifest) -> FingerprintOutput:
     return FingerprintOutput(verified=verified, build_id=manifest.build_id,
                              git_hash_expected=manifest.git_hash, git_hash_running=running_hash,
                              mismatches=mismatches[:20], overlay_empty=not overlay_files,
-                             overlay_files=overlay_files[:10], release_revision=release)
+                             overlay_files=overlay_files[:10], release_revision=release,
+                             proven_by=proven)
 
 
 SPEC = ToolSpec(name="fingerprint_verify",

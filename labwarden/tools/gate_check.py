@@ -1,5 +1,5 @@
 """gate_check: the six acceptance gates of seed 000 on a sweep, each with its evidence --
-CPU monotonic over densities; unknown-frame % within budget; associated count equals the
+CPU monotonic over the workload points; unknown-frame % within budget; associated count equals the
 datamodel count; governor and CLK_TCK verified in every window; RSS bounded (per-client growth
 under the profile's limit); functional parity (clients held through the windows, disassociation
 cleans up). Given A's sweep too, the two A/B gates: offered-load parity and the profile's declared
@@ -7,8 +7,10 @@ functional parity check. On a saturation run (`saturate_id`, a traffic study) in
 1.2x/0.8x check held, the sender reached every rate called stable, conditions verified in every
 window; given the baseline run too, both asked the same question.
 
-A gate whose evidence the DUT cannot give (no clients, no clients reader, one density) is
-`not_applicable` with the reason, never passed on made-up data. Reads records (and symbolizes
+A gate applies by declaration: one whose evidence the lab cannot give (no load axis, no clients
+reader, one workload point, no offered-load counter or parity check declared, cpu_monotonic
+without `[gates] load_drives_cpu`) is `not_applicable` with the reason -- never passed on made-up
+data, never counted as failed. Reads records (and symbolizes
 the densest point's perf.data when it is not yet symbolized).
 """
 
@@ -20,9 +22,11 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from labwarden.core.conditions import verified_evidence
+from labwarden.core.experiments import GateResult
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
 from labwarden.tools import parity, saturation_gates
 from labwarden.tools.context import LabContext
@@ -38,8 +42,8 @@ class GateInput(ToolInput):
     sweep_id: str | None = Field(None, examples=["swp-1a2b3c4d5e6f"],
                                  description="the sweep to judge (or give saturate_id)")
     baseline_sweep_id: str | None = Field(None, description="A's sweep: adds the two A/B gates -- "
-                                          "offered-load parity (the monitor's RPC calls/s at the "
-                                          "densest point within the profile's tolerance of A's) "
+                                          "offered-load parity (the profile's offered-load counter "
+                                          "at the densest point within its tolerance of A's) "
                                           "and the profile's declared functional parity check")
     saturate_id: str | None = Field(None, pattern=r"^sat-[0-9a-f]{12}$",
                                     examples=["sat-1a2b3c4d5e6f"], description="a saturation run "
@@ -61,25 +65,10 @@ class GateInput(ToolInput):
         return self
 
 
-GateStatus = Literal["passed", "failed", "not_applicable"]
+class Gate(GateResult):
+    """A gate of gate_check: one of GateName, with core/experiments' one status."""
 
-
-class Gate(BaseModel):
-    name: GateName
-    passed: bool = Field(description="status == passed (a gate that is not applicable has not "
-                         "passed: it was not evaluated)")
-    status: GateStatus = Field("passed", description="not_applicable: the DUT cannot give the "
-                               "evidence (the reason is the evidence); never passed on made-up data")
-    evidence: str = Field(description="the numbers the verdict rests on")
-
-    @classmethod
-    def judged(cls, name: GateName, passed: bool, evidence: str) -> Gate:
-        return cls(name=name, passed=passed, status="passed" if passed else "failed",
-                   evidence=evidence)
-
-    @classmethod
-    def not_applicable(cls, name: GateName, why: str) -> Gate:
-        return cls(name=name, passed=False, status="not_applicable", evidence=f"n/a: {why}")
+    name: GateName  # type: ignore[assignment]
 
 
 class GateOutput(BaseModel):
@@ -118,28 +107,34 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
     assert inp.sweep_id is not None
     rec = store.load("swp", inp.sweep_id, SweepRecord)
     profiles = [store.load("prof", p.profile_id, ProfileRecord) for p in rec.points]
-    no_clients = ctx.profile.load.kind == "none"
+    axis = load_drivers.DRIVERS[ctx.profile.load.kind].axis
+    no_clients = axis is None
     counted = all(w.datamodel_start is not None for prof in profiles for w in prof.windows) \
         and rec.cleanup_count is not None
     gates: list[Gate] = []
 
     curve = [(p.stations, p.cpu_mean) for p in rec.points]
-    mono = len(curve) > 1 and all(b[1] > a[1] for a, b in pairwise(curve))
-    if no_clients and len(curve) == 1:
-        gates.append(Gate.not_applicable("cpu_monotonic", "the lab has no load ([load] kind = "
-                                         "\"none\"): one density, nothing to order"))
+    if not ctx.profile.gates.load_drives_cpu:
+        gates.append(Gate.not_applicable("cpu_monotonic", "the profile does not declare that the "
+                                         "workload drives the target's CPU ([gates] "
+                                         "load_drives_cpu)"))
+    elif len(curve) == 1:
+        gates.append(Gate.not_applicable("cpu_monotonic", f"one workload point ({curve[0][0]}): "
+                                         "nothing to order"))
     else:
-        gates.append(Gate.judged("cpu_monotonic", mono,
-                                 " < ".join(f"{c:.2f}%@{n}" for n, c in curve)
-                                 + ("" if len(curve) > 1 else " (one point: nothing to order)")))
+        gates.append(Gate.judged("cpu_monotonic", all(b[1] > a[1] for a, b in pairwise(curve)),
+                                 " < ".join(f"{c:.2f}%@{n}" for n, c in curve)))
 
     try:
         pct, evidence = await _unknown_pct(ctx, rec, store)
     except Exception as exc:  # a gate that cannot be evaluated fails, with the reason as evidence
         pct, evidence = None, f"symbolize failed: {exc}"
     budget = ctx.profile.gates.unknown_frames_pct_max
-    gates.append(Gate.judged("unknown_frames", pct is not None and pct <= budget,
-                             f"{evidence}; budget {budget:g}%"))
+    if pct is None and evidence.startswith("no perf.data"):  # asked not to record: not measured
+        gates.append(Gate.not_applicable("unknown_frames", evidence))
+    else:
+        gates.append(Gate.judged("unknown_frames", pct is not None and pct <= budget,
+                                 f"{evidence}; budget {budget:g}%"))
 
     if no_clients or not counted:
         gates.append(Gate.not_applicable(
@@ -149,7 +144,7 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
         bad = [f"{p.stations}: radios {p.per_radio}, windows "
                f"{[(w.datamodel_start, w.datamodel_end) for w in prof.windows]}"
                for p, prof in zip(rec.points, profiles, strict=True)
-               if sum(p.per_radio) != p.stations
+               if (p.per_radio and sum(p.per_radio) != p.stations)  # [] = a total-only reader
                or any(w.datamodel_start != p.stations for w in prof.windows)]
         gates.append(Gate.judged("assoc_matches_datamodel", not bad, "; ".join(bad) or
                                  "datamodel count == associated clients at every point"))
@@ -162,7 +157,7 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
     lo, hi = rec.points[0], rec.points[-1]
     span = hi.stations - lo.stations
     if span == 0:
-        gates.append(Gate.not_applicable("rss_bounded", f"one client count ({lo.stations}): no "
+        gates.append(Gate.not_applicable("rss_bounded", f"one workload point ({lo.stations}): no "
                                          f"per-client growth to bound (RSS {hi.rss_kb} kB)"))
     else:
         per_client = (hi.rss_kb - lo.rss_kb) / span
@@ -188,7 +183,7 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
                  if counter else [[], []])
         for g in (parity.offered_load(ctx.profile.decision, *loads, window_s=densest_a.window_s),
                   parity.functional(base.parity, rec.parity)):
-            gates.append(Gate.judged(g.name, g.passed, g.evidence))  # type: ignore[arg-type]
+            gates.append(Gate.model_validate(g.model_dump()))
 
     return _output(rec.id, gates)
 

@@ -1,5 +1,7 @@
-"""lab_status: what the lab is right now -- reachable, what runs (fingerprint), board health,
-governor/boost, topology, process manager, associated clients.
+"""lab_status: what the lab is and how it is right now -- its workload (the load kind, the
+workload points an experiment screens and sweeps at, whether the load drives the target's CPU),
+the suspects `attribute` may pause, the counters the profile probes; reachable, what runs
+(fingerprint), board health, governor/boost, topology, process manager, associated clients.
 
 Read-only and cheap (a dozen round trips on the persistent channel): call it first, and
 whenever a result looks surprising. A DUT that does not answer (off, rebooting) is
@@ -16,6 +18,8 @@ from labwarden.core.devtext import DeviceProse, DeviceText
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import knobs
 from labwarden.lab.boardstate import BoardHealth
+from labwarden.lab.config import LabProfile
+from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel, procs
 from labwarden.lab.dut.errors import CommandTimeout, ConnectionLost, Unreachable
 from labwarden.tools.context import LabContext
@@ -25,7 +29,33 @@ class LabStatusInput(ToolInput):
     pass
 
 
+class Workload(BaseModel):
+    """What this lab measures under, from its profile: where to start a hunt or a loop."""
+
+    load_kind: str = Field(description="[load] kind: stasim, none, command, wpa_supplicant, iperf3")
+    axis: str | None = Field(description="what a workload point counts (clients, streams); None: "
+                             "no load axis -- the target works on its own input, one point, 0")
+    points: list[int] = Field(description="the workload points experiments screen (the last) and "
+                              "sweep at; give them to `sweep` as its densities")
+    load_drives_cpu: bool = Field(description="the profile declares that the target's CPU rises "
+                                  "along the points (only then must a sweep's CPU rise)")
+    suspects: list[str] = Field(description="processes `attribute` may pause")
+    counters: dict[str, str] = Field(description="the profile's counters (uprobes): name -> "
+                                     "function; a sweep reports them per second")
+    offered_load_counter: str | None = Field(description="the counter that must stay equal "
+                                             "between A and B (None: not measured here)")
+
+
+def workload(prof: LabProfile) -> Workload:
+    driver = load_drivers.DRIVERS[prof.load.kind]
+    return Workload(load_kind=prof.load.kind, axis=driver.axis, points=load_drivers.points(prof),
+                    load_drives_cpu=prof.gates.load_drives_cpu, suspects=prof.target.suspects,
+                    counters=dict(prof.target.uprobes),
+                    offered_load_counter=prof.decision.offered_load_counter)
+
+
 class LabStatusOutput(BaseModel):
+    workload: Workload
     reachable: bool
     rtt_ms: float | None = Field(None, description="one round trip on the command channel")
     target_process: str
@@ -79,7 +109,7 @@ async def run(ctx: LabContext, inp: LabStatusInput) -> LabStatusOutput:
     if not state.fingerprint_ok():
         problems.append("fingerprint not verified since the last flash: run fingerprint_verify")
     return LabStatusOutput(
-        reachable=True, rtt_ms=rtt, target_process=prof.target.process,
+        workload=workload(prof), reachable=True, rtt_ms=rtt, target_process=prof.target.process,
         target_pid=proc.pid if proc else None, running_version=version,
         board_health=state.board_health, health_reason=state.health_reason,
         flashed_build=state.flashed_build, fingerprint_verified=state.fingerprint_ok(),

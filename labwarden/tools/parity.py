@@ -1,6 +1,7 @@
 """The two A/B parity gates (a helper of experiment, sweep and gate_check; not a tool):
 
-- offered-load parity: the monitor's RPC calls/s on B within the profile's tolerance of A's --
+- offered-load parity: the profile's offered-load counter (on the vlab, the monitor's RPC
+  calls/s) on B within the profile's tolerance of A's --
   an A/B is valid only with the offered load identical (seed 000: "getStationStats/win ~180 --
   the drop is the lever, not less work"). Each side's rate is the mean of its per-window
   rates, and the tolerance is never finer than the counter can resolve: one call more or less in
@@ -34,16 +35,16 @@ async def check_output(ctx: LabContext) -> str | None:
 
 def functional(a: str | None, b: str | None) -> GateResult:
     if a is None and b is None:
-        return GateResult(name="declared_parity", passed=True,
-                          evidence="no check declared ([decision] parity_check is empty)")
+        return GateResult.not_applicable("declared_parity", "no check declared ([decision] "
+                                         "parity_check is empty)")
     if a is None or b is None:
-        return GateResult(name="declared_parity", passed=False,
-                          evidence=f"the check ran on {'B' if a is None else 'A'} only")
+        return GateResult.judged("declared_parity", False,
+                                 f"the check ran on {'B' if a is None else 'A'} only")
     if a == b:
         lines = a.splitlines()
-        return GateResult(name="declared_parity", passed=True,
-                          evidence=f"A and B print the same ({len(lines)} lines): "
-                          + quote(" | ".join(ln[:80] for ln in lines[:3])))
+        return GateResult.judged("declared_parity", True,
+                                 f"A and B print the same ({len(lines)} lines): "
+                                 + quote(" | ".join(ln[:80] for ln in lines[:3])))
     la, lb = a.splitlines(), b.splitlines()
     i = next((k for k in range(max(len(la), len(lb)))
               if (la[k] if k < len(la) else None) != (lb[k] if k < len(lb) else None)), 0)
@@ -58,8 +59,8 @@ def functional(a: str | None, b: str | None) -> GateResult:
     else:
         what = f"A {quote(line_a[:120])}, B {quote(line_b[:120])}"
     label = quote(line_a.split(":", 1)[0][:40]) if ":" in line_a else ""
-    return GateResult(name="declared_parity", passed=False,
-                      evidence=f"line {i + 1}{f' ({label})' if label else ''} differs -- {what}")
+    return GateResult.judged("declared_parity", False,
+                             f"line {i + 1}{f' ({label})' if label else ''} differs -- {what}")
 
 
 def rate(values: list[float]) -> float | None:
@@ -75,20 +76,19 @@ def offered_load(dec: DecisionSection, a: list[float], b: list[float],
     """`a`, `b`: per-window rates (calls/s) of windows `window_s` long (default: the rule's)."""
     counter, tol = dec.offered_load_counter, dec.offered_load_tolerance_pct
     if counter is None:
-        return GateResult(name="offered_load_parity", passed=True,
-                          evidence="no offered-load counter declared ([decision] "
-                          "offered_load_counter)")
+        return GateResult.not_applicable("offered_load_parity", "no offered-load counter declared "
+                                         "([decision] offered_load_counter)")
     ra, rb = rate(a), rate(b)
     if ra is None or rb is None or ra <= 0:
         side = "A" if not a else "B" if not b else "A (zero)"
-        return GateResult(name="offered_load_parity", passed=False,
-                          evidence=f"{counter} not measured on {side}: the offered load cannot be "
-                          "shown equal (uprobe counters off or unavailable?)")
+        return GateResult.judged("offered_load_parity", False,
+                                 f"{counter} not measured on {side}: the offered load cannot be "
+                                 "shown equal (uprobe counters off or unavailable?)")
     change = 100.0 * (rb - ra) / ra
     resolution = 100.0 / ((window_s or dec.window_s) * ra)  # one call per window, % of A's rate
     allowed = max(tol, resolution)
     ok = abs(change) <= allowed
     floor = f" (one call a window: {resolution:.1f}%)" if resolution > tol else ""
-    return GateResult(name="offered_load_parity", passed=ok,
-                      evidence=f"{counter} {ra:.2f}/s -> {rb:.2f}/s ({change:+.1f}%, mean of "
+    return GateResult.judged("offered_load_parity", ok,
+                             f"{counter} {ra:.2f}/s -> {rb:.2f}/s ({change:+.1f}%, mean of "
                       f"{len(a)}/{len(b)} windows; tolerance +-{allowed:.1f}%{floor})")

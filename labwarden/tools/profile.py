@@ -1,6 +1,7 @@
-"""profile: measure the target at N clients -- per rep, a perf record, a 1 Hz sampler (CPU from
-utime+stime over the DUT's CLK_TCK, RSS, IO) and uprobe counters (RPC calls/s, datamodel
-write-txns/s), all running on the DUT at once; every window stores its conditions and the DUT's
+"""profile: measure the target at a workload point (N clients or streams; 0 on a DUT without a
+load) -- per rep, a perf record, a 1 Hz sampler (CPU from utime+stime over the DUT's CLK_TCK,
+RSS, IO) and the profile's uprobe counters (calls/s of each probed function), all running on
+the DUT at once; every window stores its conditions and the DUT's
 kernel CPU split per core. `system_wide` perf-records every CPU with kernel stacks.
 
 The split: user/system/irq/softirq per core from /proc/stat and softirq counts (NET_RX, ...) from
@@ -31,6 +32,7 @@ from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import perfcount
 from labwarden.lab.conditions import snapshot
+from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel, kstat, procs, sampler, uprobes
 from labwarden.lab.dut.commands import RunResult
 from labwarden.lab.dut.jobs import DutJobs
@@ -135,13 +137,14 @@ async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
         # the jobs block ends first: on a failure or cancel every perf, perf stat and sampler of
         # this measurement is stopped on the DUT (no SIGHUP is relied on) before the probes
         # they hold are removed -- tracefs refuses to remove an event that is still open
+        where = load_drivers.label(load_drivers.for_profile(prof, dev), inp.stations)
         async with _maybe_probes(ctx, probes) as events, \
                 DutJobs(dev, prof.dut.paths.tmp, shield=ctx.shielded) as jobs:
             try:
                 await asyncio.sleep(max(0.0, settled_at - time.monotonic()))
                 for rep in range(inp.reps):
                     _raise_failed_count(counting, inp.window_s)  # stop early, not after all reps
-                    await ctx.report(rep, inp.reps, f"{inp.stations} clients: window {rep + 1}/"
+                    await ctx.report(rep, inp.reps, f"{where}: window {rep + 1}/"
                                      f"{inp.reps} ({inp.window_s:g} s)")
                     windows.append(await _window(ctx, inp, proc.pid, rep, events, counting,
                                                  perf=inp.perf and rep < perf_reps, art=art,

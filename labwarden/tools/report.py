@@ -1,6 +1,7 @@
-"""report: write the session's story as one self-contained HTML file -- CPU-vs-clients curves
-of every stage, A/B deltas with significance, counters and RSS, before/after/differential flame
-graphs, the attribution, the conditions and fingerprint of every window, gates, tokens and cost.
+"""report: write the session's story as one self-contained HTML file -- CPU over the workload
+points of every stage, A/B deltas with significance, the profile's own counters and RSS,
+before/after/differential flame graphs, the attribution, the conditions and fingerprint of
+every window, gates, tokens and cost.
 
 Host only: reads the transcript and the records, writes a file under the lab's data dir.
 """
@@ -30,7 +31,8 @@ class ReportOutput(BaseModel):
     path: str
     stages: list[str]
     comparisons: int
-    gates_passed: list[bool]
+    gates_passed: list[bool] = Field(description="per gate_check: no gate failed (gates not "
+                                     "applicable to this lab do not count)")
     bytes: int
 
 
@@ -49,7 +51,7 @@ async def run(ctx: LabContext, inp: ReportInput) -> ReportOutput:
     path = render.write(d, within(ctx.data_dir / "reports", f"{inp.name}.html", what="name"))
     await ctx.report(2, 2, f"report written: {path}")
     return ReportOutput(path=str(path), stages=[s.label for s in d.stages],
-                        comparisons=len(d.compares), gates_passed=[g["passed"] for g in d.gates],
+                        comparisons=len(d.compares), gates_passed=[not g["failed"] for g in d.gates],
                         bytes=path.stat().st_size)
 
 

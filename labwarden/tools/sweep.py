@@ -1,9 +1,11 @@
-"""sweep: the density ladder -- at each client count (topology constant, even split over the
-radios) measure `reps` windows, and return the curve with counters and RSS per point.
+"""sweep: the workload ladder -- at each point (clients, streams: the load's axis; topology
+constant, even split over the radios; 0 on a DUT without a load) measure `reps` windows, and
+return the curve with counters and RSS per point.
 
-Mutates DUT state (clients), and leaves the DUT with no clients when it ends, checking that the
-disassociation cleaned up (a gate reads that). perf records the densest point only by default,
-which is what symbolize and the unknown-frame gate need.
+Mutates DUT state (its load), and leaves the DUT with no load when it ends, checking with the
+DUT's own count, where it has one, that the release cleaned up (a gate reads that). perf
+records the densest point only by default, which is what symbolize and the unknown-frame gate
+need.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from labwarden.tools.context import LabContext
 
 
 class SweepInput(ToolInput):
-    densities: list[Annotated[int, Field(ge=0, le=4096)]] = Field(
-        [18, 60, 114], min_length=1, max_length=12,
-                                 description="client counts, ascending", examples=[[18, 60, 114]])
+    densities: list[Annotated[int, Field(ge=0, le=4096)]] | None = Field(
+        None, min_length=1, max_length=12, examples=[[18, 60, 114]],
+        description="workload points (clients, streams), ascending; default: the lab's own "
+        "(lab_status `workload.points`: [decision] densities, else the load's -- [0] on a DUT "
+        "without a load)")
     reps: int = Field(3, ge=1, le=10)
     window_s: float = Field(10, ge=2, le=300)
     idle_baseline: bool = Field(True, description="also measure each point with no traffic: a "
@@ -40,8 +44,8 @@ class SweepInput(ToolInput):
 
     @field_validator("densities")
     @classmethod
-    def _ascending(cls, v: list[int]) -> list[int]:
-        if any(d < 0 for d in v) or v != sorted(set(v)):
+    def _ascending(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (any(d < 0 for d in v) or v != sorted(set(v))):
             raise ValueError("densities must be distinct, >= 0 and ascending, e.g. [18, 60, 114]")
         return v
 
@@ -56,10 +60,12 @@ class SweepOutput(BaseModel):
     idle_note: str | None
 
 
-IDLE_NOTE = ("the load generator has no traffic mode: every window is idle (associations only), "
-             "so idle = loaded and the CPU is the polling, not traffic")
+IDLE_NOTE = ("the load has no traffic to stop: every window runs the held workload as it is (on "
+             "a station load: associations only), so idle = loaded")
 IDLE_MEASURED = ("idle = the same point with the load stopped (its own windows, measured after the "
                  "loaded ones)")
+IDLE_NONE = ("the DUT has no load ([load] kind = \"none\"): its CPU is its own input's, there is "
+             "no idle point to measure")
 
 
 async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
@@ -70,11 +76,13 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
     check: str | None = None
     load = load_drivers.for_profile(ctx.profile, ctx.device)
     stops = load.stops_traffic
+    densities = inp.densities or load_drivers.points(ctx.profile)
     try:
-        for i, n in enumerate(inp.densities):
-            await ctx.report(i, len(inp.densities), f"density {n} ({i + 1}/{len(inp.densities)})")
+        for i, n in enumerate(densities):
+            await ctx.report(i, len(densities), f"{load_drivers.label(load, n)} "
+                             f"({i + 1}/{len(densities)})")
             assoc = await associate.run(ctx, associate.AssociateInput(stations=n))
-            densest = i == len(inp.densities) - 1
+            densest = i == len(densities) - 1
             if densest:  # the declared functional check, with the most clients held
                 check = await parity.check_output(ctx)
             rec = await profile.measure(ctx, profile.ProfileInput(
@@ -102,12 +110,20 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
     record = SweepRecord(id=sid, label=inp.label, started_at=started, window_s=inp.window_s, reps=inp.reps,
                          build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
                          points=points, cleanup_count=cleanup,
-                         idle_note=(IDLE_MEASURED if stops else IDLE_NOTE) if inp.idle_baseline
-                         else None, parity=check)
+                         idle_note=_idle_note(load, inp.idle_baseline), parity=check,
+                         axis=load.axis)
     store.save("swp", sid, record)
-    await ctx.report(len(inp.densities), len(inp.densities), f"sweep {sid} stored")
+    await ctx.report(len(densities), len(densities), f"sweep {sid} stored")
     return SweepOutput(sweep_id=sid, label=inp.label, build_id=record.build_id, points=points,
                        cleanup_count=cleanup, idle_note=record.idle_note)
+
+
+def _idle_note(load: load_drivers.LoadDriver, asked: bool) -> str | None:
+    if not asked:
+        return None
+    if load.axis is None:
+        return IDLE_NONE
+    return IDLE_MEASURED if load.stops_traffic else IDLE_NOTE
 
 
 def mean_curve(record: SweepRecord) -> list[tuple[int, float]]:

@@ -91,7 +91,9 @@ class SymbolizeOutput(BaseModel):
     tree: list[str] = Field(description="'TOTAL%  SELF%  name', indented by call depth")
     functions: list[FunctionShare]
     baseline_profile_id: str | None = None
-    top_deltas: list[fl.Delta] = Field(default_factory=list)
+    top_deltas: list[fl.Delta] = Field(default_factory=list, description="with a baseline: the "
+                                       "functions that moved most, by absolute CPU (pp of one "
+                                       "core) beside their share of the samples")
     folded: str = Field(description="artifact: folded stacks")
     svg: str = Field(description="artifact: flame graph")
     diff_svg: str | None = Field(None, description="artifact: differential flame graph")
@@ -257,7 +259,13 @@ async def run(ctx: LabContext, inp: SymbolizeInput) -> SymbolizeOutput:
         brec, bdata = _load(store, inp.baseline_profile_id, inp.baseline_rep)
         bsym, bcached = await symbolized(ctx, brec, bdata, bins)
         base = await asyncio.to_thread(fl.Folded.read, Path(bsym.folded))
-        deltas = fl.top_deltas(base, new, 12)
+        # absolute change (pp of one core): each window's share x its measured target CPU; a
+        # system-wide recording's shares are of every CPU's samples, so only shares there
+        cpu = [next((w.cpu_pct for w in r.windows if w.rep == rep), None)
+               for r, rep in ((brec, inp.baseline_rep), (rec, inp.rep))]
+        if rec.system_wide or brec.system_wide:
+            cpu = [None, None]
+        deltas = fl.top_deltas(base, new, 12, base_cpu=cpu[0], new_cpu=cpu[1])
         diff = Path(sym.folded).parent / f"diff-{bsym.key}.svg"
         if not diff.is_file():
             cached = False

@@ -109,6 +109,10 @@ class Device:
         """A file's bytes (SFTP); RemoteFileError if it is larger than max_bytes."""
         return await self._files.read_file(path, max_bytes)
 
+    async def read_head(self, path: str, n: int = 65536) -> bytes:
+        """The first `n` bytes of a file (SFTP): an ELF's headers and notes, of a binary of any size."""
+        return await self._files.read_head(path, n)
+
     async def write_file(self, path: str, data: bytes) -> None:
         """Write a file (SFTP) atomically: a temp file beside it, renamed over it."""
         await self._files.write_file(path, data)

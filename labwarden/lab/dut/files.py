@@ -79,6 +79,19 @@ class Files:
                                   "pass a larger max_bytes, or copy it with Device.get")
         return data
 
+    async def read_head(self, path: str, n: int) -> bytes:
+        """The first `n` bytes of a file (SFTP; fewer when the file is shorter)."""
+        chunks: list[bytes] = []
+        size = 0
+        async with self._files(f"reading {path}") as sftp, sftp.open(path, "rb", block_size=0) as f:
+            while size < n:
+                chunk: bytes = await f.read(n - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        return b"".join(chunks)
+
     async def write_file(self, path: str, data: bytes) -> None:
         """Write a file (SFTP) atomically: a temp file beside it, renamed over it."""
         tmp = f"{path}.lw-{secrets.token_hex(4)}.tmp"

@@ -206,22 +206,43 @@ def shares(f: Folded) -> tuple[dict[str, int], dict[str, int]]:
 
 
 class Delta(BaseModel):
+    """One function's change between two profiles: its share of the samples, and -- given each
+    window's measured CPU -- its CPU in percentage points of one core. Shares alone mislead: a
+    function whose CPU fell 3x can grow in share when everything else fell more."""
+
     symbol: str
-    base_pct: float = Field(description="total % in the baseline")
-    new_pct: float = Field(description="total % in this profile")
-    delta_pp: float = Field(description="new - base, percentage points")
+    base_pct: float = Field(description="total % of the baseline's samples")
+    new_pct: float = Field(description="total % of this profile's samples")
+    delta_pp: float = Field(description="new - base share, percentage points of the samples")
+    base_cpu_pp: float | None = Field(None, description="CPU in the baseline window, pp of one "
+                                      "core (share x the window's target CPU)")
+    new_cpu_pp: float | None = Field(None, description="CPU in this window, pp of one core")
+    delta_cpu_pp: float | None = Field(None, description="new - base CPU, pp of one core: the "
+                                       "absolute change (None without both windows' CPU)")
 
 
-def top_deltas(base: Folded, new: Folded, n: int = 15) -> list[Delta]:
-    """The functions whose total % moved most between two profiles."""
+def top_deltas(base: Folded, new: Folded, n: int = 15, base_cpu: float | None = None,
+               new_cpu: float | None = None) -> list[Delta]:
+    """The functions that moved most between two profiles: by absolute CPU when both windows'
+    target CPU (% of one core) is given, else by share."""
     bt, _ = shares(base)
     nt, _ = shares(new)
-    rows = [Delta(symbol=s[:120], base_pct=round(base.pct(bt.get(s, 0)), 2),
-                  new_pct=round(new.pct(nt.get(s, 0)), 2),
-                  delta_pp=round(new.pct(nt.get(s, 0)) - base.pct(bt.get(s, 0)), 2))
-            for s in set(bt) | set(nt)]
-    rows.sort(key=lambda d: (-abs(d.delta_pp), d.symbol))
-    return [d for d in rows[:n] if d.delta_pp != 0.0]
+    absolute = base_cpu is not None and new_cpu is not None
+    rows: list[tuple[float, float, Delta]] = []
+    for s in set(bt) | set(nt):
+        b, m = base.pct(bt.get(s, 0)), new.pct(nt.get(s, 0))
+        row = Delta(symbol=s[:120], base_pct=round(b, 2), new_pct=round(m, 2),
+                    delta_pp=round(m - b, 2))
+        moved = 0.0
+        if absolute:
+            assert base_cpu is not None and new_cpu is not None
+            bc, nc = b * base_cpu / 100, m * new_cpu / 100
+            row.base_cpu_pp, row.new_cpu_pp = round(bc, 2), round(nc, 2)
+            row.delta_cpu_pp = round(nc - bc, 2)
+            moved = abs(nc - bc)
+        rows.append((moved, abs(m - b), row))
+    rows.sort(key=lambda r: (-r[0], -r[1], r[2].symbol))  # absolute CPU first, then share
+    return [d for _, _, d in rows[:n] if d.delta_pp != 0.0 or d.delta_cpu_pp]
 
 
 def function_shares(f: Folded, names: Iterable[str]) -> dict[str, tuple[float, float]]:

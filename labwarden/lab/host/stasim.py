@@ -39,6 +39,17 @@ class StasimLoad(BaseModel):
     def running(self) -> bool:
         return pidfile.alive(pidfile.read_pid(self.pidfile))
 
+    def holding(self) -> int:
+        """How many stations the running generator holds (its own `-n`; 0 when none runs)."""
+        pid = pidfile.read_pid(self.pidfile)
+        if not pidfile.alive(pid):
+            return 0
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            return int(argv[argv.index(b"-n") + 1])
+        except (OSError, ValueError, IndexError):
+            return -1  # not a generator this lab started: not what was asked
+
     def stop(self, timeout: float = 15) -> None:
         """SIGTERM: stasim disassociates its stations, then exits (SIGKILL after `timeout`)."""
         pidfile.stop(pidfile.read_pid(self.pidfile), timeout)

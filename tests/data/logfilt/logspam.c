@@ -22,7 +22,7 @@ static void on_signal(int sig) { (void)sig; stop = 1; }
 int main(int argc, char **argv)
 {
 	const char *sock = NULL, *pidfile = NULL;
-	long rate = 2000;
+	long rate = 1000;
 	if (argc == 2 && strcmp(argv[1], "--version") == 0) {
 		printf("logspam %s\n", GIT_HASH);
 		return 0;
@@ -51,12 +51,12 @@ int main(int argc, char **argv)
 			fclose(f);
 		}
 	}
-	/* batches of 10 lines every 10/rate s */
-	struct timespec gap = { 0, (long)(10.0e9 / (double)rate) };
-	if (gap.tv_nsec >= 1000000000L) {
-		gap.tv_sec = gap.tv_nsec / 1000000000L;
-		gap.tv_nsec %= 1000000000L;
-	}
+	/* batches of 10 lines every 10/rate s, on absolute deadlines: the rate stays what was asked
+	 * however long a send takes (a load that slowed down with its receiver would hide a change
+	 * of the receiver's cost behind a change of its input) */
+	long gap_ns = (long)(10.0e9 / (double)rate);
+	struct timespec next;
+	clock_gettime(CLOCK_MONOTONIC, &next);
 	char line[512];
 	for (unsigned long seq = 0; !stop;) {
 		for (int k = 0; k < 10; k++, seq++) {
@@ -69,7 +69,16 @@ int main(int argc, char **argv)
 			    && errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN)
 				break;
 		}
-		nanosleep(&gap, NULL);
+		next.tv_nsec += gap_ns;
+		while (next.tv_nsec >= 1000000000L) {
+			next.tv_nsec -= 1000000000L;
+			next.tv_sec++;
+		}
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec > next.tv_sec + 1) /* fell behind by seconds (the receiver stalled): */
+			next = now;                /* resume the rate, never burst to catch up */
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
 	}
 	return 0;
 }

@@ -13,6 +13,8 @@ from labwarden.lab.drivers.load.base import LoadError
 
 class CommandLoad:
     kind: ClassVar[str] = "command"
+    axis: ClassVar[str | None] = "clients"
+    default_points: ClassVar[tuple[int, ...]] = (18, 60, 114)
     stops_traffic: ClassVar[bool] = False
 
     def __init__(self, section: CommandLoadSection):
@@ -44,6 +46,9 @@ class CommandLoad:
             tail = out.decode(errors="replace").strip()[-300:]
             raise LoadError(f"the load command `{' '.join(argv)}` exited {proc.returncode}: {tail}",
                             "run it by hand to see why; check [load] hold in the lab profile")
+
+    async def held(self, clients: int) -> None:
+        return None  # a script holds and exits: only the DUT's count (or holding again) tells
 
     def where(self) -> str:
         return f"the load command {self.section.hold[0]}"

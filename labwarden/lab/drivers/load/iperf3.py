@@ -150,6 +150,8 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
 
 _HELD: dict[tuple[str, ...], list[asyncio.subprocess.Process]] = {}
 """Held load per lab (its client prefix and port), across driver instances of this process."""
+_STREAMS: dict[tuple[str, ...], int] = {}
+"""How many streams each held client runs (what `held` answers from)."""
 
 
 @atexit.register
@@ -165,6 +167,8 @@ def _release_at_exit() -> None:
 
 class Iperf3:
     kind: ClassVar[str] = "iperf3"
+    axis: ClassVar[str | None] = "streams"
+    default_points: ClassVar[tuple[int, ...]] = (1, 4, 8)
     stops_traffic: ClassVar[bool] = True
 
     def __init__(self, section: Iperf3Load):
@@ -261,6 +265,7 @@ class Iperf3:
                                               "-p", str(port), "-t", "0", "-P", str(clients)),
                                    asyncio.subprocess.DEVNULL)
         _HELD[key] = [client, server]
+        _STREAMS[key] = clients
         await asyncio.sleep(1.0)
         if client.returncode is not None:
             err = (await client.stderr.read()).decode(errors="replace") if client.stderr else ""
@@ -268,6 +273,14 @@ class Iperf3:
             _HELD.pop(key, None)
             raise LoadError(f"the held iperf3 client exited {client.returncode}: {quote(err)}",
                             "does the DUT route lan -> wan? (`lw-route status` on the qlab)")
+
+    async def held(self, clients: int) -> bool:
+        key = (*self.section.client, str(self.section.port + 1))
+        procs = _HELD.get(key, [])
+        if clients == 0:
+            return not procs
+        return bool(procs) and all(p.returncode is None for p in procs) \
+            and _STREAMS.get(key) == clients
 
     def where(self) -> str:
         return f"iperf3 on the load hosts ({' '.join(self.section.client)} / {' '.join(self.section.server)})"

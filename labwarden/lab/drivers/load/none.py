@@ -11,6 +11,8 @@ from labwarden.lab.drivers.load.base import LoadError
 
 class NoClients:
     kind: ClassVar[str] = "none"
+    axis: ClassVar[str | None] = None
+    default_points: ClassVar[tuple[int, ...]] = (0,)
     stops_traffic: ClassVar[bool] = False
 
     def __init__(self, section: NoLoad):
@@ -22,6 +24,9 @@ class NoClients:
             raise LoadError(f"this lab has no load ([load] kind = \"none\"): cannot hold "
                             f"{clients} clients", "measure with stations: 0 (or sweep densities "
                             "[0]); give the profile a [load] kind that holds clients for more")
+
+    async def held(self, clients: int) -> bool:
+        return clients == 0  # the DUT's own input is always there
 
     def where(self) -> str:
         return "[load] in the lab profile"

@@ -12,6 +12,8 @@ from labwarden.lab.host import stasim
 
 class Stasim:
     kind: ClassVar[str] = "stasim"
+    axis: ClassVar[str | None] = "clients"
+    default_points: ClassVar[tuple[int, ...]] = (18, 60, 114)
     stops_traffic: ClassVar[bool] = False
 
     def __init__(self, section: StasimLoad):
@@ -23,6 +25,9 @@ class Stasim:
             await asyncio.to_thread(stasim.StasimLoad.of(self.section).hold, clients)
         except stasim.LoadError as exc:
             raise LoadError(exc.problem, exc.remedy) from exc
+
+    async def held(self, clients: int) -> bool:
+        return stasim.StasimLoad.of(self.section).holding() == clients
 
     def where(self) -> str:
         return f"the load generator log {self.section.log}"

@@ -19,6 +19,8 @@ _RELEASED = re.compile(r"^released (\d+)$", re.M)
 
 class WpaSupplicant:
     kind: ClassVar[str] = "wpa_supplicant"
+    axis: ClassVar[str | None] = "clients"
+    default_points: ClassVar[tuple[int, ...]] = (18, 60, 114)
     stops_traffic: ClassVar[bool] = False
 
     def __init__(self, section: WpaSupplicantLoad, device: Device | None = None):
@@ -39,6 +41,9 @@ class WpaSupplicant:
             tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-4:])[-400:]
             raise LoadError(f"`{' '.join(argv)}` on the DUT exited {res.exit_status}: {tail}",
                             f"see {self.where()}; `wifi status` shows the APs")
+
+    async def held(self, clients: int) -> None:
+        return None  # the stations live on the DUT: its own count ([readers] clients) tells
 
     def where(self) -> str:
         return f"`{' '.join(self.section.command)} status` on the DUT"

@@ -1,0 +1,114 @@
+"""The judge's small parts, on their own (issue [3/1]): numbers that cannot mislead, the
+fingerprint's hash and build-id readers, one gate status, the clients reader's documented forms,
+and the workload points a profile implies. No lab: real ELF files of this host, real pydantic
+models, the scipy the rule uses."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from labwarden.core.decision import DecisionRule, judge, pct_interval
+from labwarden.core.experiments import GateResult
+from labwarden.lab.config import DecisionSection, LabProfile, ProfileError
+from labwarden.lab.drivers import load as load_drivers
+from labwarden.lab.dut.datamodel import parse
+from labwarden.lab.elfsym import build_id, build_id_from_head
+from labwarden.lab.host.folded import Folded, top_deltas
+from labwarden.tools import parity
+from labwarden.tools.fingerprint import hash_matches
+
+
+def test_a_large_cut_of_a_noisy_cpu_keeps_its_interval_above_minus_100() -> None:
+    """The issue's case: a -69% change whose raw interval went past -100%."""
+    a = [31.0, 52.0, 18.0, 47.0, 22.0]
+    b = [9.8, 10.4, 10.1, 9.9, 10.2]
+    raw_low = 100 * ((sum(b) / 5 - sum(a) / 5) - 2.776 * (
+        (sum((x - sum(a) / 5) ** 2 for x in a) / 4 / 5) ** 0.5)) / (sum(a) / 5)
+    assert raw_low < -100  # what dividing the raw interval by A's mean says
+    j = judge(a, b, DecisionRule())
+    assert j.ci_pct is not None and j.same_ci_pct is not None
+    assert -100 < j.ci_pct[0] < j.delta_pct < j.ci_pct[1] and -100 < j.same_ci_pct[0]
+    lo, hi = pct_interval(a, b, 0.95) or (0.0, 0.0)
+    assert -100 < lo < hi < 0
+    assert pct_interval([0.0, 0.0], [1.0, 2.0], 0.95) is None  # a mean of 0: no log ratio
+
+
+def test_the_rule_still_decides_same_and_regressed_on_the_log_scale() -> None:
+    rule = DecisionRule()
+    same = judge([40.0, 40.4, 39.7, 40.1], [40.2, 39.9, 40.3, 40.0], rule)
+    assert same.verdict == "same", same.describe()
+    worse = judge([40.0, 40.4, 39.7, 40.1], [80.2, 79.9, 80.3, 80.0], rule)
+    assert worse.verdict == "regressed" and worse.ci_pct is not None
+    lo, hi = worse.ci_pct  # exp() of a symmetric log interval: wider above the change than below
+    assert 90 < lo < 100 < hi and hi - 100 > 100 - lo
+
+
+def test_the_differential_gives_absolute_cpu_beside_share() -> None:
+    """A function whose CPU fell 3x while everything else fell more grows in share: the
+    absolute change (share x the window's CPU) says it fell."""
+    base = Folded.parse("d;main;hot 60\nd;main;other 40\n")
+    new = Folded.parse("d;main;hot 80\nd;main;other 20\n")
+    rows = {d.symbol: d for d in top_deltas(base, new, 10, base_cpu=60.0, new_cpu=15.0)}
+    hot = rows["hot"]
+    assert hot.delta_pp == 20.0 and hot.base_cpu_pp == 36.0 and hot.new_cpu_pp == 12.0
+    assert hot.delta_cpu_pp == -24.0
+    assert all(d.delta_cpu_pp is None for d in top_deltas(base, new, 10))
+
+
+def test_a_git_hash_may_be_abbreviated_but_must_name_the_commit() -> None:
+    full = "0123456789abcdef0123456789abcdef01234567"
+    assert hash_matches(full, full) and hash_matches("0123456", full)
+    assert not hash_matches("012345", full)  # too short to name anything
+    assert not hash_matches("1234567", full) and not hash_matches(None, full)
+    assert not hash_matches("unknown", full)
+
+
+@pytest.mark.parametrize("binary", ["ls", "sh", "perf"])
+def test_the_build_id_read_from_a_binarys_head_is_pyelftools(binary: str) -> None:
+    path = shutil.which(binary)
+    if path is None:
+        pytest.skip(f"{binary} is not installed")
+    p = Path(path).resolve()
+    assert build_id_from_head(p.read_bytes()[:65536]) == build_id(p) != ""
+    assert build_id_from_head(b"#!/bin/sh\necho hi\n") is None
+
+
+def test_one_gate_status_everywhere() -> None:
+    old = GateResult.model_validate({"name": "x", "passed": False, "evidence": "e"})
+    assert old.status == "failed" and old.failed  # a record written before the status
+    na = GateResult.not_applicable("declared_parity", "nothing declared")
+    assert na.status == "not_applicable" and not na.failed and not na.passed
+    assert parity.offered_load(DecisionSection(), [1.0], [1.0]).status == "not_applicable"
+    assert parity.functional(None, None).status == "not_applicable"
+    assert parity.functional("a", "b").failed
+
+
+@pytest.mark.parametrize(("text", "counts"), [
+    ("12", {"total": 12}), ("12\n", {"total": 12}), ("total=12", {"total": 12}),
+    ("total=12 vap0=6 vap1=6\n", {"total": 12, "vap0": 6, "vap1": 6}),
+])
+def test_every_documented_clients_reader_form_is_read(text: str, counts: dict[str, int]) -> None:
+    assert parse(text) == counts
+
+
+def _profile(**sections: Any) -> LabProfile:
+    data: dict[str, Any] = {"lab": {"name": "t"}, "dut": {"backend": "ssh", "ssh": {
+        "host": "127.0.0.1", "key": "/k", "host_key": "ssh-ed25519 AAAA"}},
+        "build": {"repo": "/r", "builds": "/b", "command": ["make"], "artifacts": {"d": "/d"}},
+        "target": {"process": "d"}}
+    data.update(sections)
+    return LabProfile.from_dict(data)
+
+
+def test_workload_points_come_from_the_load_unless_declared() -> None:
+    assert load_drivers.points(_profile()) == [0]  # kind none by default: the DUT's own input
+    assert load_drivers.points(_profile(load={"kind": "command", "hold": ["x", "{n}"]})) == [18, 60, 114]
+    assert load_drivers.points(_profile(load={"kind": "command", "hold": ["x", "{n}"]},
+                                        decision={"densities": [4, 8]})) == [4, 8]
+    assert load_drivers.points(_profile(decision={"densities": [0]})) == [0]
+    with pytest.raises(ProfileError, match=r"decision\.densities"):
+        _profile(decision={"densities": [18, 60]})  # a load of kind none holds no clients
