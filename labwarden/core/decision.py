@@ -136,6 +136,14 @@ class Judgement(BaseModel):
                 f"+-{self.margin_pct:g}%)")
 
 
+def _t():  # type: ignore[no-untyped-def]  # scipy has no stubs
+    """scipy's Student t, imported when a look is judged: at import, scipy (~0.8 s) would be
+    paid by every command that reads a lab profile."""
+    from scipy import stats
+
+    return stats.t
+
+
 def _log_ratio(a: list[float], b: list[float]) -> tuple[float, float, float] | None:
     """log(mean B / mean A), its standard error (each mean's log by the delta method: var/mean^2)
     and Welch's degrees of freedom; None when a mean is not positive or a side has < 2 values."""
@@ -158,7 +166,7 @@ def pct_interval(a: list[float], b: list[float], confidence: float) -> tuple[flo
     if lr is None:
         return None
     log, se, dof = lr
-    half = float(stats.t.ppf(0.5 + confidence / 2, dof)) * se if se > 0 else 0.0
+    half = float(_t().ppf(0.5 + confidence / 2, dof)) * se if se > 0 else 0.0
     return 100.0 * math.expm1(log - half), 100.0 * math.expm1(log + half)
 
 
@@ -182,9 +190,9 @@ def judge(a: list[float], b: list[float], rule: DecisionRule, *, higher_is_worse
         if se_log == 0:
             p, half, half_eq = (0.0 if delta else 1.0), 0.0, 0.0
         else:
-            p = float(2 * stats.t.sf(abs(log) / se_log, dof_log))
-            half = float(stats.t.ppf(1 - alpha / 2, dof_log)) * se_log
-            half_eq = float(stats.t.ppf(1 - beta, dof_log)) * se_log
+            p = float(2 * _t().sf(abs(log) / se_log, dof_log))
+            half = float(_t().ppf(1 - alpha / 2, dof_log)) * se_log
+            half_eq = float(_t().ppf(1 - beta, dof_log)) * se_log
         ci = (100.0 * math.expm1(log - half), 100.0 * math.expm1(log + half))
         eq = (100.0 * math.expm1(log - half_eq), 100.0 * math.expm1(log + half_eq))
     elif len(a) > 1 and len(b) > 1:
@@ -194,12 +202,10 @@ def judge(a: list[float], b: list[float], rule: DecisionRule, *, higher_is_worse
             p, half, half_eq = (0.0 if delta else 1.0), 0.0, 0.0
         else:
             dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-            from scipy import stats  # here, not at import: 0.8 s every profile load would pay
-
-            p = float(2 * stats.t.sf(abs(delta) / se, dof))
-            half = float(stats.t.ppf(1 - alpha / 2, dof)) * se
+            p = float(2 * _t().sf(abs(delta) / se, dof))
+            half = float(_t().ppf(1 - alpha / 2, dof)) * se
             # TOST: B - A > -margin and B - A < +margin, each one-sided at beta_look
-            half_eq = float(stats.t.ppf(1 - beta, dof)) * se
+            half_eq = float(_t().ppf(1 - beta, dof)) * se
         ci = (100.0 * (delta - half) / scale, 100.0 * (delta + half) / scale)
         eq = (100.0 * (delta - half_eq) / scale, 100.0 * (delta + half_eq) / scale)
     verdict: Verdict = "unknown"
