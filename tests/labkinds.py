@@ -4,10 +4,12 @@ without bringing a lab up: what the tool list, the prompts and bench/token_econo
 
 The firmware repos get the history a real lab's has (the vlab's and the qlab's: several
 commits; logfilt's: as tests/stockdut.py makes it), since `bisect` is listed only with one.
+`logfilt_single(root)` is logfilt's profile over a repo of one commit: a lab without `bisect`.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -74,7 +76,8 @@ def logfilt(root: Path) -> LabProfile:
     from tests import stockdut
 
     root.mkdir(parents=True, exist_ok=True)
-    _repo(root / "src", 1)
+    shutil.copytree(stockdut.LOGFILT, root / "src", ignore=shutil.ignore_patterns("dut"))
+    stockdut.history(root / "src")  # v1.0 checked out, a branch `next` of three commits
 
     class Server:  # the endpoint logfilt_profile reads (a dropbear is not needed to list tools)
         @staticmethod
@@ -85,6 +88,14 @@ def logfilt(root: Path) -> LabProfile:
     lab = root / "lab.toml"
     lab.write_text(stockdut.logfilt_profile(root, Server(), root / "src"))  # type: ignore[arg-type]
     return LabProfile.from_file(lab)
+
+
+def logfilt_single(root: Path) -> LabProfile:
+    prof = logfilt(root)
+    single = root / "single"
+    _repo(single, 1)
+    build = prof.build.model_copy(update={"repo": str(single)})
+    return prof.model_copy(update={"build": build})
 
 
 def profile(kind: str, root: Path) -> LabProfile:

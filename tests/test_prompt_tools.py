@@ -116,9 +116,9 @@ EXPECTED_UNLISTED = {
     "vlab": {"traffic_sweep", "saturate", "router_rules"},
     "qlab": {"traffic_sweep", "saturate", "router_rules"},
     "qlab-traffic": set(),
-    "logfilt": {"associate", "traffic_sweep", "saturate", "router_rules", "bisect"},
+    "logfilt": {"associate", "traffic_sweep", "saturate", "router_rules"},
 }
-"""What each shipped lab kind lacks: logfilt holds no clients and its repo has one commit."""
+"""What each shipped lab kind lacks: logfilt holds no clients and has no traffic load."""
 
 
 @pytest.mark.anyio
@@ -139,8 +139,14 @@ async def test_each_lab_kinds_tool_list_and_prompts_agree(kind: str, tmp_path: P
         assert "{{" not in text and "{%" not in text, f"{kind}: {pf.name} left template syntax"
 
 
-def test_a_prompt_drops_what_its_lab_lacks() -> None:
-    """The check above could fail: the loop prompt names bisect only where it is listed."""
-    loop = named_prompt("overnight-loop")
-    assert "`bisect`" in loop.render(set(registry.TOOLS))
-    assert "`bisect`" not in loop.render(set(registry.TOOLS) - {"bisect"})
+@pytest.mark.anyio
+async def test_a_prompt_drops_what_its_lab_lacks(tmp_path: Path) -> None:
+    """The check above could fail: over a repo of one commit logfilt lists no bisect, and its
+    loop prompt then names none; a call to it is refused with the reason."""
+    server = build_server(labkinds.logfilt_single(tmp_path / "one"))
+    listed = {t.name for t in await server.list_tools()}
+    assert "bisect" not in listed and "experiment" in listed
+    loop = await server.get_prompt("overnight-loop", {})
+    assert "`experiment`" in loop.messages[0].content.text  # type: ignore[union-attr]
+    assert "`bisect`" not in loop.messages[0].content.text  # type: ignore[union-attr]
+    assert "`bisect`" in named_prompt("overnight-loop").render(set(registry.TOOLS))

@@ -18,14 +18,15 @@ from labwarden.lab.config import Iperf3Load, LabProfile
 
 def _repo_history(repo: Path) -> str | None:
     try:
-        done = subprocess.run(["git", "-C", str(repo), "rev-list", "--count", "--max-count=2", "HEAD"],
-                              capture_output=True, text=True, timeout=10)
+        # any ref: a checkout at a release may have the history to bisect on a branch
+        done = subprocess.run(["git", "-C", str(repo), "rev-list", "--count", "--max-count=2",
+                               "--all"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"[build] repo {repo} could not be read ({exc.__class__.__name__})"
     if done.returncode != 0:
         return f"[build] repo {repo} is not a git repository with commits"
     if int(done.stdout.strip() or 0) < 2:
-        return f"[build] repo {repo} has one commit: there is no range to bisect"
+        return f"[build] repo {repo} has one commit (on any ref): there is no range to bisect"
     return None
 
 
