@@ -3,7 +3,6 @@ transcript stores it, the CLI prints it, the MCP server returns its result."""
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.devtext import UNTRUSTED_NOTE
 from labwarden.core.errors import ErrorKind, LabError
+from labwarden.core.ids import random_hex
 
 
 class ToolFailure(BaseModel):
@@ -30,7 +30,7 @@ class ToolFailure(BaseModel):
 
 
 class ToolCallRecord(BaseModel):
-    id: str = Field(default_factory=lambda: os.urandom(6).hex())
+    id: str = Field(default_factory=lambda: random_hex(6))
     tool: str
     args: dict[str, Any] = Field(description="validated input, as the tool saw it")
     started_at: datetime = Field(default_factory=lambda: datetime.now(UTC))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from labwarden.core.call import ToolCallRecord
 from labwarden.core.devtext import UNTRUSTED_NOTE
+from labwarden.core.ids import random_hex
 from labwarden.core.usage import Usage
 
 # Version of the stored event bodies. Do NOT reorder, rename or remove fields of any event, nor
@@ -51,7 +51,7 @@ class EventBase(BaseModel):
     they are not extracted into the JSON schema (pydantic's use_attribute_docstrings re-reads
     each class's source at import: ~40 ms of every command, and nothing shows these schemas)."""
 
-    id: str = Field(default_factory=lambda: os.urandom(8).hex())  # uuid4().hex[:16]'s 64 random bits, faster
+    id: str = Field(default_factory=lambda: random_hex(8))
     """Unique id of this event."""
     session_id: str = ""
     """The session it belongs to (set by the store on append)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import getpass
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -35,9 +36,17 @@ def default_transcript(profile: LabProfile) -> Path:
     return profile.data_dir() / "transcripts.db"
 
 
+@functools.cache
+def login_name() -> str:
+    """Who runs this process. Read once: without USER/LOGNAME in the environment (an MCP client
+    starts a stdio server with few variables) getpass reads /etc/passwd, and the server asks on
+    every request."""
+    return getpass.getuser()
+
+
 def local_principal(user: str | None = None) -> str:
     """The principal of whoever runs labwarden on this host (CLI, stdio, in-process)."""
-    return f"local:{user or getpass.getuser()}"
+    return f"local:{user or login_name()}"
 
 
 @contextlib.asynccontextmanager
@@ -86,7 +95,7 @@ async def open_session(profile: LabProfile, device: Device, progress: ProgressFn
             ctx.session_id = ctx.transcript.start_session(
                 client, lab_profile=profile.source, lab_name=profile.lab.name,
                 principal=ctx.principal, mcp_session_id=mcp_session_id)
-            holder = holder_name(user or getpass.getuser(), ctx.session_id)
+            holder = holder_name(user or login_name(), ctx.session_id)
             ctx.guard = Guard(GuardContext(profile=profile, device=device, board=ctx.board), holder)
             stack.push_async_callback(_close_session, ctx)
         stack.push_async_callback(ctx.settle)  # runs first: clean-ups finish on a live connection
