@@ -46,9 +46,8 @@ class LabServer(MCPServer[Any]):
         """The registered tools as server/schemas.py publishes them (built once: they do not
         change while the server runs)."""
         if self._published is None:
-            self._published = [schemas.tool(registry.TOOLS[info.name])
-                               for info in self._tool_manager.list_tools()
-                               if info.name in registry.TOOLS]
+            self._published = [schemas.tool(registry.TOOLS[t.name]) for t in await super().list_tools()
+                               if t.name in registry.TOOLS]
         return self._published
 
     async def list_resources(self) -> list[Resource]:
