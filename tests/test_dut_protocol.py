@@ -17,7 +17,7 @@ from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.endpoint import SshEndpoint
 from labwarden.lab.dut.protocol import DutAccess
 
-TOOLS_USE = {"run", "exec", "read_file", "write_file", "put", "get", "sha256", "pidof", "signal",
+TOOLS_USE = {"run", "exec", "read_file", "read_head", "write_file", "put", "get", "sha256", "pidof", "signal",
              "wait_reachable", "connect", "close"}
 
 

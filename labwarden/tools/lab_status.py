@@ -85,7 +85,8 @@ async def run(ctx: LabContext, inp: LabStatusInput) -> LabStatusOutput:
         await dev.run(["true"], timeout=10)
     except (Unreachable, ConnectionLost, CommandTimeout) as exc:
         return LabStatusOutput(
-            reachable=False, target_process=prof.target.process, target_pid=None,
+            workload=workload(prof), reachable=False, target_process=prof.target.process,
+            target_pid=None,
             board_health=state.board_health, health_reason=state.health_reason,
             flashed_build=state.flashed_build, fingerprint_verified=state.fingerprint_ok(),
             knobs=[], topology=None, problems=[f"the DUT does not answer: {exc.problem}"],

@@ -67,6 +67,10 @@ class DutAccess(Protocol):
         """A file's bytes (SFTP); RemoteFileError if it is larger than max_bytes."""
         ...
 
+    async def read_head(self, path: str, n: int = 65536) -> bytes:
+        """The first `n` bytes of a file (SFTP): an ELF's headers and notes, of a binary of any size."""
+        ...
+
     async def write_file(self, path: str, data: bytes) -> None:
         """Write a file (SFTP) atomically: a temp file beside it, renamed over it; an existing
         file keeps its mode."""
