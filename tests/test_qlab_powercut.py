@@ -26,7 +26,11 @@ from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from tests.qlab_fixtures import Qlab, running_qlab
 
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.manual]
+"""Not in `make test` yet (`pytest -m manual tests/test_qlab_powercut.py`): it passed twice, and
+once the killed QEMU left qlabd's labgrid transition to `shell` waiting without end (its flash
+never returned; seen 2026-11-26, the kill landing later in the guest's start) -- a hang CI must
+not take on until qlabd bounds that wait."""
 runner = CliRunner()
 
 
