@@ -56,8 +56,10 @@ def _marked(node: Any, defs: dict[str, Any], seen: frozenset[str] = frozenset())
             out[key] = cut
     branches = [cut for sub in node.get("anyOf", []) if (cut := _marked(sub, defs, seen)) is not None]
     if branches:
-        out["anyOf"] = [*branches, *({"type": s["type"]} for s in node["anyOf"]
-                                    if _marked(s, defs, seen) is None and "type" in s)]
+        # the other branches by their type alone (any value where they have none): the cut
+        # schema must still accept every result
+        out["anyOf"] = [*branches, *({"type": s["type"]} if "type" in s else {}
+                                    for s in node["anyOf"] if _marked(s, defs, seen) is None)]
     if not out:
         return None
     if "type" in node:
