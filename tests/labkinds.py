@@ -81,7 +81,7 @@ def logfilt(root: Path) -> LabProfile:
 
     class Server:  # the endpoint logfilt_profile reads (a dropbear is not needed to list tools)
         @staticmethod
-        def endpoint() -> asyncssh.SSHClientConnectionOptions:
+        def endpoint() -> object:
             return type("E", (), {"port": 2222, "key": str(root / "key"),
                                   "host_key": _key_pair(root / "key")})()
 

@@ -137,6 +137,9 @@ class Model:
     options: ModelOptions
     totals: Totals = field(default_factory=Totals)
     client: anthropic.AsyncAnthropic | None = None
+    tools: list[dict[str, Any]] | None = None
+    """The `tools` param, built at the first turn: the lab's tool list (a git call, every schema)
+    does not change while the model runs, and the same bytes keep the prompt cache."""
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -165,8 +168,10 @@ class Model:
                    on_text: TextSink | None = None, on_retry: RetrySink | None = None) -> Any:
         """One streamed model call; returns the SDK's final Message."""
         assert self.client is not None
+        if self.tools is None:
+            self.tools = tool_params(ctx.profile)
         params: dict[str, Any] = {"model": self.options.model, "max_tokens": self.options.max_tokens,
-                                  "system": system_param(system), "tools": tool_params(ctx.profile),
+                                  "system": system_param(system), "tools": self.tools,
                                   "messages": with_cache_mark(messages)}
         delay = self.options.backoff_s
         attempt = 0
