@@ -135,11 +135,12 @@ async def test_traffic_sweep_softirq_under_load_and_idle(tq: Qlab) -> None:
     assert [p["offered_mbps"] for p in points] == [5, 30]
     low, high = points
     assert low["achieved_mbps"] == pytest.approx(5, rel=0.15) and low["loss_pct"] < 5, low
-    # the softirq share: non-zero under load (> 1% of both cores at 30 Mbit/s, and above the low
-    # step), ~0 idle (the idle window's system share is the guest's own work, dropbear and the
-    # snapshots: not asked). The low step (~520 pps) may see no softirq tick at all in a 3 s
-    # window under tick accounting: a CI run read 0.0 there, so it is only asked to be lower.
-    assert high["softirq_pct"] > 1.0 and high["softirq_pct"] > low["softirq_pct"] >= 0, points
+    # the softirq share: non-zero under load (> 1% of both cores at 30 Mbit/s), ~0 idle (the idle
+    # window's system share is the guest's own work, dropbear and the snapshots: not asked). The
+    # low step (~520 pps) is not ordered against the high one: under tick accounting on a TCG
+    # guest sharing 2 host cores with iperf3, a 3 s window there read 0.0 in one CI run and 6.5
+    # (above the high step's 4.0) in another. Throughput orders the steps instead (below).
+    assert high["softirq_pct"] > 1.0 and low["softirq_pct"] >= 0, points
     assert idle["softirq_pct"] < 2.0 and high["softirq_pct"] > idle["softirq_pct"], (idle, high)
     assert high["cpu_busy_pct"] > idle["busy_pct"] + 5, (idle, high)
     assert high["received_pps"] > low["received_pps"], points
