@@ -18,8 +18,10 @@ from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut.datamodel import parse
 from labwarden.lab.elfsym import build_id, build_id_from_head
 from labwarden.lab.host.folded import Folded, top_deltas
-from labwarden.tools import parity
+from labwarden.tools import parity, saturation_gates
 from labwarden.tools.fingerprint import hash_matches
+from labwarden.tools.gate_check import Gate, gate_output
+from labwarden.tools.saturate import SaturateRecord
 
 
 def test_a_large_cut_of_a_noisy_cpu_keeps_its_interval_above_minus_100() -> None:
@@ -85,6 +87,39 @@ def test_one_gate_status_everywhere() -> None:
     assert parity.offered_load(DecisionSection(), [1.0], [1.0]).status == "not_applicable"
     assert parity.functional(None, None).status == "not_applicable"
     assert parity.functional("a", "b").failed
+
+
+def _saturation_run(**result: Any) -> SaturateRecord:
+    """A saturation record as saturate stores it, windows left out (none measured)."""
+    step = {"offered_pps": 2000, "offered_mbps": 19.2, "received_pps": 2000.0, "loss_pct": 0.0,
+            "shortfall_pct": 0.0, "stable": True, "on_target": True, "cpu_busy_pct": 20.0,
+            "busiest_cpu": "cpu0", "busiest_softirq_system_pct": 15.0, "ksoftirqd_pct": 0.0,
+            "softnet_squeezed": 0, "queue_drops": 0, "dut_forwarded_pct": 100.0,
+            "dut_rx_pps": 2000.0}
+    return SaturateRecord.model_validate({
+        "id": "sat-000000000001", "started_at": "2026-11-26T00:00:00Z",
+        "input": {"length": 1200, "verify": False}, "windows": [],
+        "result": {"saturate_id": "sat-000000000001", "length": 1200, "direction": "up",
+                   "loss_max_pct": 1.0, "stable_pps": 2000, "stable_mbps": 19.2,
+                   "limit": "not_reached", "evidence": "e", "steps": [step], **result}})
+
+
+def test_a_saturation_gate_without_its_evidence_is_not_applicable_not_failed() -> None:
+    """The saturation gates (gate_check {saturate_id}) on a run asked not to verify its answer:
+    `saturation_confirmed` has no check to judge -> not_applicable with the reason, listed apart
+    from the failed ones; a run with no windows fails `conditions_verified` and says so, never
+    "fingerprint verified"."""
+    by = {g.name: g for g in saturation_gates.gates(_saturation_run(), None, Gate.judged,
+                                                     Gate.not_applicable)}
+    confirmed = by["saturation_confirmed"]
+    assert confirmed.status == "not_applicable" and not confirmed.failed, confirmed
+    assert "verify: false" in confirmed.evidence
+    assert by["load_on_target"].status == "passed"
+    assert by["conditions_verified"].failed
+    assert by["conditions_verified"].evidence == "no windows were measured"
+    out = gate_output("sat-000000000001", list(by.values()))
+    assert out.not_applicable == ["saturation_confirmed"]
+    assert out.failed == ["conditions_verified"]  # n/a is never counted as failed
 
 
 @pytest.mark.parametrize(("text", "counts"), [

@@ -16,21 +16,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
+from labgrid import Environment
 from typer.testing import CliRunner
 
 from labwarden.cli.app import app
 from labwarden.lab.boardstate import BoardState
 from labwarden.lab.config import LabProfile
-from labwarden.qlab import procs
+from labwarden.qlab import envyaml, procs, strategy
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from tests.qlab_fixtures import Qlab, running_qlab
 
-pytestmark = [pytest.mark.timeout(1500), pytest.mark.manual]
-"""Not in `make test` yet (`pytest -m manual tests/test_qlab_powercut.py`): it passed twice, and
-once the killed QEMU left qlabd's labgrid transition to `shell` waiting without end (its flash
-never returned; seen 2026-11-26, the kill landing later in the guest's start) -- a hang CI must
-not take on until qlabd bounds that wait."""
+pytestmark = [pytest.mark.timeout(1500)]
 runner = CliRunner()
 
 
@@ -38,6 +36,29 @@ runner = CliRunner()
 def qlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Qlab]:
     with running_qlab(tmp_path_factory.mktemp("qlabcut")) as q:
         yield q
+
+
+def test_a_qemu_that_dies_before_it_connects_fails_the_power_on(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hang this file once met: labgrid's QEMUDriver.on() waits for QEMU's serial-socket
+    connection with no timeout, so a QEMU killed before it connects held qlabd's flash forever.
+    The qlab's driver (QlabQEMUDriver, the one env.yaml names) fails instead. A real QEMU, given
+    an option it refuses, exits before it connects: the power cut at its earliest."""
+    monkeypatch.setattr(strategy, "ACCEPT_S", 3.0)
+    env_yaml = tmp_path / "env.yaml"
+    env_yaml.write_text(yaml.safe_dump({
+        "imports": ["labwarden.qlab.strategy"],
+        "targets": {"t": {"drivers": {"QlabQEMUDriver": {
+            "qemu_bin": "qemu", "machine": "pc", "cpu": "max", "memory": "64M", "display": "none",
+            "extra_args": "-no-such-option"}}}},
+        "tools": {"qemu": envyaml.qemu_binary()}}))
+    target = Environment(str(env_yaml)).get_target("t")
+    driver = target.get_driver("QlabQEMUDriver")
+    t0 = time.monotonic()
+    with pytest.raises(OSError, match=r"did not connect its serial socket within 3 s \(it exited with 1\)"):
+        driver.on()
+    assert time.monotonic() - t0 < 30 and not driver.status
+    target.cleanup()
 
 
 async def _cut_power_mid_flash(lab: Path, qlab: Qlab) -> str:

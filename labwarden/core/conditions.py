@@ -62,8 +62,10 @@ def verified_evidence(conds: list[tuple[str, Conditions]]) -> tuple[bool, str]:
     unpinned = [f"{label}: {c.describe_cpufreq()}, CLK_TCK {c.clk_tck}, verified "
                 f"{c.fingerprint_verified}" for label, c in conds
                 if not (c.pinned() and c.clk_tck > 0 and c.fingerprint_verified)]
-    first = conds[0][1] if conds else None
-    return (not unpinned and bool(conds),
+    if not conds:  # nothing measured: nothing to call verified
+        return False, "no windows were measured"
+    first = conds[0][1]
+    return (not unpinned,
             "; ".join(unpinned[:3]) or f"{len(conds)} windows: "
-            f"{first.describe_cpufreq() if first else '?'}, CLK_TCK {first.clk_tck if first else '?'}, "
+            f"{first.describe_cpufreq()}, CLK_TCK {first.clk_tck}, "
             "fingerprint verified")

@@ -73,7 +73,7 @@ def env_config(layout: QlabLayout, image: QlabImage, spec: GuestSpec) -> dict[st
             "resources": {"NetworkService": {"address": "127.0.0.1", "port": spec.ssh_port,
                                              "username": "root"}},
             "drivers": {
-                "QEMUDriver": {
+                "QlabQEMUDriver": {  # strategy.py: QEMUDriver with its start bounded
                     "qemu_bin": "qemu", "machine": "pc", "cpu": spec.accel.cpu,
                     "memory": spec.memory, "kernel": "kernel", "disk": "rootfs",
                     "disk_opts": "readonly=on", "boot_args": BOOT_ARGS, "display": "none",

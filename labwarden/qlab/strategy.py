@@ -4,7 +4,11 @@ SSH (labgrid's ShellStrategy logs in on the console; the qlab's DUT is a router 
     off    QEMU stopped (QEMUDriver.off: QMP `quit`)
     shell  QEMU running and dropbear answering: SSHDriver active, the boot_id read through it
 
-Bindings: power = the QEMUDriver (PowerProtocol), ssh = the SSHDriver. A power cycle is
+QlabQEMUDriver is labgrid's QEMUDriver with its one unbounded wait bounded: `on()` accepts QEMU's
+serial-socket connection with no timeout, so a QEMU killed before it connects (a power cut in
+the middle of a flash) left qlabd waiting without end.
+
+Bindings: power = the QlabQEMUDriver (PowerProtocol), ssh = the SSHDriver. A power cycle is
 `transition("off")` then `transition("shell")`. The env YAML loads this module with
 `imports: [labwarden.qlab.strategy]`, which registers the class with labgrid.
 """
@@ -15,6 +19,7 @@ import enum
 from typing import Any
 
 import attr
+from labgrid.driver.qemudriver import QEMUDriver
 from labgrid.factory import target_factory
 from labgrid.step import step
 from labgrid.strategy.common import Strategy, StrategyError, never_retry
@@ -24,6 +29,32 @@ class Status(enum.Enum):
     unknown = 0
     off = 1
     shell = 2
+
+
+ACCEPT_S = 20.0
+"""How long `on()` waits for a started QEMU to connect its serial socket: QEMU does so while it
+initialises (before the guest runs: it starts with -S), seconds even under TCG on a loaded host."""
+
+
+@target_factory.reg_driver
+@attr.s(eq=False)
+class QlabQEMUDriver(QEMUDriver):
+    """QEMUDriver whose `on()` fails (QEMU gone, or silent for ACCEPT_S) instead of hanging."""
+
+    def on_activate(self) -> None:
+        super().on_activate()
+        self._socket.settimeout(ACCEPT_S)
+
+    def on(self) -> None:
+        try:
+            super().on()
+        except TimeoutError as exc:
+            code = self._child.poll() if self._child is not None else None
+            if code is None and self._child is not None:
+                self._child.kill()  # alive but silent: do not leave it half-started
+                code = self._child.wait()
+            raise OSError(f"QEMU did not connect its serial socket within {ACCEPT_S:g} s "
+                          f"(it exited with {code})") from exc
 
 
 @target_factory.reg_driver

@@ -90,7 +90,8 @@ async def _unknown_pct(ctx: LabContext, rec: SweepRecord, store: RecordStore) ->
     return float(out.unknown_pct), f"{out.unknown_pct:.3f}% unknown frames at {densest.stations} clients"  # type: ignore[attr-defined]
 
 
-def _output(rid: str, gates: list[Gate]) -> GateOutput:
+def gate_output(rid: str, gates: list[Gate]) -> GateOutput:
+    """The answer: failed and not-applicable gates listed apart (n/a never counts as failed)."""
     failed = [g.name for g in gates if g.status == "failed"]
     na = [g.name for g in gates if g.status == "not_applicable"]
     return GateOutput(sweep_id=rid, passed=not failed and len(na) < len(gates), failed=failed,
@@ -103,7 +104,7 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
         sat = store.load("sat", inp.saturate_id, SaturateRecord)
         base = (store.load("sat", inp.baseline_saturate_id, SaturateRecord)
                 if inp.baseline_saturate_id else None)
-        return _output(sat.id, saturation_gates.gates(sat, base, Gate.judged, Gate.not_applicable))
+        return gate_output(sat.id, saturation_gates.gates(sat, base, Gate.judged, Gate.not_applicable))
     assert inp.sweep_id is not None
     rec = store.load("swp", inp.sweep_id, SweepRecord)
     profiles = [store.load("prof", p.profile_id, ProfileRecord) for p in rec.points]
@@ -185,7 +186,7 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
                   parity.functional(base.parity, rec.parity)):
             gates.append(Gate.model_validate(g.model_dump()))
 
-    return _output(rec.id, gates)
+    return gate_output(rec.id, gates)
 
 
 SPEC = ToolSpec(name="gate_check", description=describe(__doc__), input=GateInput,
