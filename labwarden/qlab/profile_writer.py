@@ -27,6 +27,12 @@ def _q(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
+_DRIVES = "load_drives_cpu = true                 # the daemon's CPU rises with its stations: " \
+    "cpu_monotonic applies"
+_TRAFFIC_DRIVES = "load_drives_cpu = false                # the load is forwarded traffic: stad's CPU " \
+    "does not follow the streams (cpu_monotonic is n/a)"
+
+
 def write(layout: QlabLayout, image: QlabImage, manifest: BuildManifest,
           load_section: str | None = None) -> None:
     """`load_section` replaces [load] and drops [readers] (the traffic variant: its load is
@@ -116,7 +122,7 @@ monitor_config = "stamon"
 monitor_reload = ["service", "stamon", "restart"]
 
 [gates]
-load_drives_cpu = true                 # the daemon's CPU rises with its stations: cpu_monotonic applies
+{_DRIVES if load_section is None else _TRAFFIC_DRIVES}
 unknown_frames_pct_max = 1.0
 rss_per_client_kb_max = 64.0
 
