@@ -36,6 +36,7 @@ qlab: system python
 
 test: setup
 	$(BIN)/ruff check labwarden tests bench
+	$(BIN)/mypy
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
 
 demo: setup
@@ -50,6 +51,7 @@ bench: setup
 
 lint: python
 	$(BIN)/ruff check labwarden tests bench
+	$(BIN)/mypy
 
 clean:
 	rm -rf .vlab .qlab .pytest_cache build dist

@@ -259,7 +259,7 @@ def saved_state(store: TranscriptStore, session_id: str) -> Saved:
 
 def resumed_messages(saved: Saved) -> list[Message]:
     """The saved history, made ready to send: it must end with a user message, which says why."""
-    messages = json.loads(json.dumps(saved.messages))
+    messages: list[dict[str, Any]] = json.loads(json.dumps(saved.messages))
     last = messages[-1]
     if last["role"] == "assistant":
         messages.append({"role": "user", "content": RESUMED})

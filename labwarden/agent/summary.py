@@ -61,7 +61,7 @@ def _results(store: TranscriptStore, sessions: list[str]) -> list[tuple[str, dic
         for stored in store.events(sid):
             ev = stored.event
             if isinstance(ev, ToolCalled):
-                out.append((ev.call.tool, ev.call.args, ev.call.result if ev.call.ok else {}))
+                out.append((ev.call.tool, ev.call.args, (ev.call.result or {}) if ev.call.ok else {}))
     return out
 
 
@@ -93,11 +93,11 @@ def findings(store: TranscriptStore, sessions: list[str]) -> Findings:
             if c not in f.compared:
                 f.compared.append(c)
         elif tool == "gate_check":
-            c = f.sweeps.get(res["sweep_id"])
-            if c is not None:
-                c.gates_passed = not res["failed"]
+            gated = f.sweeps.get(res["sweep_id"])
+            if gated is not None:
+                gated.gates_passed = not res["failed"]
                 na = res.get("not_applicable") or []
-                c.gates = (", ".join(res["failed"]) if res["failed"] else "none failed") \
+                gated.gates = (", ".join(res["failed"]) if res["failed"] else "none failed") \
                     + (f" ({', '.join(na)} not applicable here)" if na else "")
     return f
 

@@ -100,7 +100,7 @@ class ToolGroup(TyperGroup):
     """The `call` group: its subcommands are the registry's tools at the moment they are asked
     for (listing, --help, resolving TOOL), each built from the spec alone."""
 
-    @property  # type: ignore[override]
+    @property
     def commands(self) -> MutableMapping[str, click.Command]:
         return {name: self._build(spec) for name, spec in registry.TOOLS.items()}
 

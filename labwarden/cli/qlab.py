@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 import typer
 from rich.markup import escape
@@ -62,7 +62,7 @@ def qlab_up(
     QlabStrategy), wait for its APs, and write lab.toml (--traffic: the router variant)."""
     if accel not in ("auto", "kvm", "tcg"):
         fail_on(LabError(f"--accel must be auto, kvm or tcg, got {accel!r}", "e.g. --accel tcg"), 2)
-    mode: Literal["auto", "kvm", "tcg"] = accel  # type: ignore[assignment]
+    mode = cast(Literal["auto", "kvm", "tcg"], accel)  # checked just above
     try:
         with err.status("qlab up") as st:
             info = control.up(dir, accel=mode, memory=memory, smp=smp, port=port, patches=patch or [],

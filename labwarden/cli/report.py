@@ -38,4 +38,5 @@ def report(
     if not record.ok:
         fail_call(record, 1)
     if not as_json:
-        out.print(record.result["path"], markup=False, highlight=False, soft_wrap=True)  # type: ignore[index]
+        assert record.result is not None  # an ok record carries its result
+        out.print(record.result["path"], markup=False, highlight=False, soft_wrap=True)

@@ -75,7 +75,9 @@ def summary(rec: RunRecord) -> list[Table]:
     tables = []
     sweeps = [s for s in rec.steps if s.tool == "sweep" and s.record.ok]
     if sweeps:
-        dens = [p["stations"] for p in sweeps[0].record.result["points"]]  # type: ignore[index]
+        first = sweeps[0].record.result
+        assert first is not None  # an ok record carries its result
+        dens = [p["stations"] for p in first["points"]]
         t = Table(title="target CPU % of one core (mean ± stdev) per stage")
         t.add_column("stage")
         for d in dens:
@@ -131,7 +133,8 @@ def _report_and_tally(rec: RunRecord) -> None:
         out.print(table)
     report = next((s for s in rec.steps if s.tool == "report" and s.record.ok), None)
     if report:
-        out.print(f"report: {report.record.result['path']}")  # type: ignore[index]
+        assert report.record.result is not None  # an ok record carries its result
+        out.print(f"report: {report.record.result['path']}")
 
 
 def run_cmd(

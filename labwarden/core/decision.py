@@ -40,9 +40,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:
+    from scipy.stats import rv_continuous
 
 Verdict = Literal["improved", "regressed", "same", "unknown"]
 
@@ -136,7 +139,7 @@ class Judgement(BaseModel):
                 f"+-{self.margin_pct:g}%)")
 
 
-def _t():  # type: ignore[no-untyped-def]  # scipy has no stubs
+def _t() -> rv_continuous:
     """scipy's Student t, imported when a look is judged: at import, scipy (~0.8 s) would be
     paid by every command that reads a lab profile."""
     from scipy import stats

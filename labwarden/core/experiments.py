@@ -61,7 +61,8 @@ class GateResult(BaseModel):
     name: str
     passed: bool = Field(description="status == passed (a gate that is not applicable has not "
                          "passed: it was not evaluated)")
-    status: GateStatus = Field(None, validate_default=False,  # type: ignore[assignment]
+    # None is a placeholder, never kept: _status fills it from `passed` before validation
+    status: GateStatus = Field(None, validate_default=False,  # type: ignore[call-overload]
                                description="passed | failed | not_applicable (records written "
                                "before it existed: from `passed`)")
     evidence: str = Field(description="the numbers the verdict rests on, or why not applicable")

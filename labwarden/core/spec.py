@@ -147,7 +147,8 @@ class ToolSpec:
     def input_schema(self) -> dict[str, Any]:
         """The input schema a model is shown (MCP's tools/list, the agent's `tools`): the
         model's own, without pydantic's generated titles (a property's repeats its name)."""
-        return untitled(self.input.model_json_schema())
+        schema: dict[str, Any] = untitled(self.input.model_json_schema())
+        return schema
 
 
 def untitled(node: Any) -> Any:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 WINDOW_S = 3600.0
 FILE = "flashes.json"
@@ -32,7 +33,7 @@ class FlashRate:
         self.limit = limit
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[list[dict[str, object]]]:
+    def _locked(self) -> Iterator[list[dict[str, Any]]]:
         """The record's entries (younger than the window), locked; written back on exit."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o600)
@@ -56,7 +57,7 @@ class FlashRate:
         """Take a slot for one flash of this DUT: (None, token) when it may run, (why not,
         None) when the last hour is full."""
         with self._locked() as entries:
-            mine = sorted(float(e["at"]) for e in entries if e.get("dut") == self.dut)  # type: ignore[arg-type]
+            mine = sorted(float(e["at"]) for e in entries if e.get("dut") == self.dut)
             if self.limit is not None and len(mine) >= self.limit:
                 free_at = datetime.fromtimestamp(mine[0] + WINDOW_S, UTC)
                 return (f"flashes: {len(mine)} of this DUT in the last hour (limit {self.limit}, "

@@ -155,6 +155,7 @@ class VlabFlash(SysupgradeFlash):
     """The vlab's sysupgrade: as `sysupgrade`, but its reboot restarts processes, not the kernel
     (the boot id stays)."""
 
+    # sysupgrade's section under its own tag in the [flash] union: the narrowed override is the point
     kind: Literal["vlab"] = "vlab"  # type: ignore[assignment]
     command: list[str] = Field(default_factory=lambda: ["sysupgrade"], examples=[["sysupgrade"]])
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
+from elftools.elf.sections import NoteSection, SymbolTableSection
 
 from labwarden.core.errors import LabError
 
@@ -33,12 +33,12 @@ def dynsym_offset(elf_path: Path, symbol: str) -> int:
     with elf_path.open("rb") as f:
         elf = ELFFile(f)
         dynsym = elf.get_section_by_name(".dynsym")
-        if dynsym is None:
+        if not isinstance(dynsym, SymbolTableSection):  # None, or NOBITS in a split debug file
             raise UprobeError(f"{elf_path} has no .dynsym")
         syms = dynsym.get_symbol_by_name(symbol)
         if not syms:
             raise UprobeError(f"{symbol} is not exported by {elf_path}")
-        value = syms[0]["st_value"]
+        value: int = syms[0]["st_value"]
         for seg in elf.iter_segments():
             if seg["p_type"] == "PT_LOAD" and seg["p_vaddr"] <= value < seg["p_vaddr"] + seg["p_memsz"]:
                 return value - seg["p_vaddr"] + seg["p_offset"]
@@ -95,7 +95,7 @@ def build_id(path: Path) -> str:
     """The ELF NT_GNU_BUILD_ID, hex ('' when there is none)."""
     with path.open("rb") as f:
         for section in ELFFile(f).iter_sections():
-            if section.header.sh_type == "SHT_NOTE":
+            if isinstance(section, NoteSection):  # pyelftools' class for SHT_NOTE
                 for note in section.iter_notes():
                     if note["n_type"] == "NT_GNU_BUILD_ID":
                         return str(note["n_desc"])

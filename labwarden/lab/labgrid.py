@@ -182,7 +182,8 @@ def resolve_target(cfg: LabgridConfig, key_fallback: str | None = None, *,
                 f"{base}.resources.RemotePlace '{place}': the NetworkService comes from the coordinator "
                 "and is known only while the place is acquired",
                 "resolve inside `async with PlaceLease(cfg) as lease:` with lease=lease (or lease.target())")
-        exported = {name: args for name, (cls, args) in lease.exported.items() if cls == "NetworkService"}
+        exported: dict[str | None, dict[str, Any]] = {
+            name: args for name, (cls, args) in lease.exported.items() if cls == "NetworkService"}
         ns_key = f"{base}.resources.RemotePlace '{place}' (its exported NetworkService)"
         if not exported:
             raise LabgridError(

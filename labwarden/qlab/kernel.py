@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
 from labwarden.qlab.cpio import CpioWriter
@@ -155,7 +156,9 @@ def _libraries(root: Path, binary: str) -> list[str]:
     """DT_NEEDED of a guest binary resolved in the guest root (one level: busybox's are leaves)."""
     with in_root(root, binary).open("rb") as f:
         dynamic = ELFFile(f).get_section_by_name(".dynamic")
-        needed = [t.needed for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"] if dynamic else []
+        # pyelftools sets a DT_NEEDED tag's .needed with setattr, so its stubs cannot name it
+        needed = ([t.needed for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"]  # type: ignore[attr-defined]
+                  if isinstance(dynamic, DynamicSection) else [])
     return [f"/lib/x86_64-linux-gnu/{n}" for n in needed]
 
 

@@ -39,8 +39,8 @@ from labwarden.qlab import ctlsock, firmware
 class QlabdControl(Resource):
     """qlabd's control socket (a path; relative paths resolve against the env YAML)."""
 
-    path = attr.ib(validator=attr.validators.instance_of(str))
-    timeout = attr.ib(default=600.0, converter=float)
+    path: str = attr.ib(validator=attr.validators.instance_of(str))
+    timeout: float = attr.ib(default=600.0, converter=float)
     """How long one request (a boot under TCG, a flash) may take."""
 
 
@@ -58,8 +58,8 @@ class QlabdStrategy(Strategy):
 
     bindings = {"control": "QlabdControl"}  # noqa: RUF012 (labgrid's idiom)
 
-    status = attr.ib(default=Status.unknown)
-    image = attr.ib(default="root", validator=attr.validators.instance_of(str))
+    status: Status = attr.ib(default=Status.unknown)
+    image: str = attr.ib(default="root", validator=attr.validators.instance_of(str))
     """The key in the env's images: that `transition("shell")` writes to the flash disk."""
 
     def __attrs_post_init__(self) -> None:

@@ -64,7 +64,7 @@ class QlabStrategy(Strategy):
 
     bindings = {"power": "PowerProtocol", "ssh": "SSHDriver"}  # noqa: RUF012 (labgrid's idiom)
 
-    status = attr.ib(default=Status.unknown)
+    status: Status = attr.ib(default=Status.unknown)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()

@@ -9,11 +9,12 @@ from pathlib import Path
 import jinja2
 
 from labwarden import __version__
+from labwarden.core.measurements import SweepPoint
 from labwarden.report.data import ReportData, Stage
 from labwarden.report.plot import curves_svg, saturation_svg, traffic_label, traffic_svg
 
 
-def _point(stage: Stage, n: int):  # type: ignore[no-untyped-def]
+def _point(stage: Stage, n: int) -> SweepPoint | None:
     return next((p for p in stage.sweep.points if p.stations == n), None)
 
 

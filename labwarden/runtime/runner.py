@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
@@ -19,7 +19,7 @@ from labwarden.core.call import ToolCallRecord, ToolFailure
 from labwarden.core.devtext import clean, untrusted_fields
 from labwarden.core.digest import bounded_args, bounded_name
 from labwarden.core.errors import LabError
-from labwarden.core.events import GuardDecision, ToolCalled
+from labwarden.core.events import GuardDecision, RefusalCode, ToolCalled
 from labwarden.core.spec import ToolSpec
 from labwarden.guardrails import budget as budgets
 from labwarden.guardrails.guard import Admission, Guard
@@ -30,6 +30,16 @@ from labwarden.runtime.leasekeeper import lease_renewal
 from labwarden.runtime.session import LabSession
 from labwarden.tools import registry
 from labwarden.tools.context import LabContext, current_messages
+
+
+def _refusal_code(code: str | None) -> RefusalCode:
+    """A precheck failure's code as the guard's: its own when it is one, else invalid_input (a
+    LabError's code may be another, e.g. protected_path, that no GuardDecision may carry)."""
+    known: tuple[RefusalCode, ...] = get_args(RefusalCode)
+    for refusal in known:
+        if code == refusal:
+            return refusal
+    return "invalid_input"
 
 
 def _invalid(exc: ValidationError) -> ToolFailure:
@@ -133,7 +143,7 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         except LabError as exc:
             failure = ToolFailure.of(exc)
             return _refused(ctx, unrun(call_args), GuardDecision(
-                tool=name, decision="refuse", code=exc.code or "invalid_input",
+                tool=name, decision="refuse", code=_refusal_code(exc.code),
                 reason=clean(failure.message), remedy=failure.remedy))
     conditions = None
     state = ctx.peek_state()  # one read per call, shared with the guard

@@ -13,6 +13,7 @@ from pathlib import Path
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import AnyHttpUrl
 
 from labwarden.core.errors import LabError
 
@@ -88,7 +89,7 @@ def security(host: str, port: int) -> TransportSecuritySettings:
 
 def auth_settings(host: str, port: int, issuer: str | None) -> AuthSettings:
     base = f"http://{host}:{port}"
-    return AuthSettings(issuer_url=issuer or base, resource_server_url=f"{base}/mcp")
+    return AuthSettings(issuer_url=AnyHttpUrl(issuer or base), resource_server_url=AnyHttpUrl(f"{base}/mcp"))
 
 
 def check_bind(host: str, token: dict[str, str] | str | None) -> None:

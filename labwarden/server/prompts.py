@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -14,7 +14,7 @@ from labwarden.prompts import PromptFile, all_prompts
 def register(server: MCPServer[Any], tools: Collection[str]) -> None:
     """Every prompt, rendered for a lab whose listed tools are `tools`."""
     for pf in all_prompts():
-        def make(pf: PromptFile):  # type: ignore[no-untyped-def]
+        def make(pf: PromptFile) -> Callable[..., Awaitable[list[UserMessage]]]:
             async def fn(**kwargs: str) -> list[UserMessage]:
                 return [UserMessage(pf.render(tools, **kwargs))]
             return fn

@@ -100,6 +100,7 @@ async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
             lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), wire_out)
         transports.append(wtransport)
         writer = asyncio.StreamWriter(wtransport, wprotocol, None, loop)
+        # stdio_server annotates anyio.AsyncFile but only iterates stdin and writes/flushes stdout
         async with stdio_server(stdin=_Lines(reader), stdout=_Replies(writer)) as streams:  # type: ignore[arg-type]
             yield streams
     finally:

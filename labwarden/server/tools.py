@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -80,12 +80,13 @@ def failure_json(err: ToolFailure | None) -> str:
     return json.dumps(body, ensure_ascii=False)
 
 
-def _handler(spec: ToolSpec):  # type: ignore[no-untyped-def]
+def _handler(spec: ToolSpec) -> Callable[..., Awaitable[Any]]:
     """The function MCPServer publishes (its signature gives the schema); LabServer.call_tool
     short-cuts it, and it makes the same call if reached another way."""
     async def handler(ctx: Context, **kwargs: Any) -> Any:
         return await call(ctx, spec.name, kwargs)
 
+    # inspect.signature reads __signature__, which typeshed's function type does not declare
     handler.__signature__ = _signature(spec)  # type: ignore[attr-defined]
     handler.__name__ = spec.name
     return handler

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from labwarden.core.decision import DecisionRule, judge, next_windows
 from labwarden.core.errors import LabError, ToolError
 from labwarden.core.experiments import Arm, Screening
+from labwarden.core.measurements import ProfileRecord
 from labwarden.lab import knobs
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.tools import associate, fingerprint, flash, parity, profile
@@ -74,7 +75,7 @@ async def switch_to(ctx: LabContext, build_id: str) -> bool:
     return flashed
 
 
-def metric_values(rec: profile.ProfileRecord, metric: str) -> list[float]:
+def metric_values(rec: ProfileRecord, metric: str) -> list[float]:
     if metric == "cpu":
         return [w.cpu_pct for w in rec.windows]
     missing = [w.rep for w in rec.windows if metric not in w.counters]

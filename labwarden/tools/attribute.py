@@ -23,6 +23,7 @@ from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.conditions import clk_tck as clk_tck_of
 from labwarden.lab.dut import procs, sampler
+from labwarden.lab.dut.commands import RunResult
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.errors import DeviceError
 from labwarden.lab.dut.helpers import ensure
@@ -129,7 +130,7 @@ async def _cpu(jobs: DutJobs, name: str, pid: int, seconds: float, clk_tck: int)
 
 
 async def _wait_state(dev: Device, inst: ProcInstance, stopped: bool, timeout: float,
-                      until: asyncio.Task[object] | None = None) -> bool:
+                      until: asyncio.Future[RunResult] | None = None) -> bool:
     """Poll the suspect's state until it is (not) in a stop; False on timeout or if `until` ends."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -161,7 +162,7 @@ async def _last_resort(dev: Device, inst: ProcInstance, notes: list[str]) -> boo
     return await _wait_state(dev, inst, stopped=False, timeout=2.0)
 
 
-def _ended_by(pause: asyncio.Task[object]) -> str:
+def _ended_by(pause: asyncio.Future[RunResult]) -> str:
     """How a finished helper let go: its last line is "resumed PID REASON"."""
     if pause.cancelled() or pause.exception() is not None:
         return "session lost"
@@ -169,7 +170,7 @@ def _ended_by(pause: asyncio.Task[object]) -> str:
     return words[-1] if len(words) >= 3 and words[-3] == "resumed" else "helper exited"
 
 
-async def _release(dev: Device, jobs: DutJobs, inst: ProcInstance, pause: asyncio.Task[object],
+async def _release(dev: Device, jobs: DutJobs, inst: ProcInstance, pause: asyncio.Future[RunResult],
                    notes: list[str]) -> tuple[bool, float, str]:
     """End the pause (stop the helper's job: TERM, it detaches), then verify the suspect runs
     again. Closing the helper's session is not relied on: OpenSSH and dropbear send no SIGHUP."""
@@ -217,7 +218,7 @@ async def _attribute(ctx: LabContext, inp: AttributeInput, jobs: DutJobs, inst: 
     await ctx.report(2, 5, f"pausing {inp.suspect} (pid {inst.pid}) for {inp.window_s:g} s")
     deadline_ms = int((inp.window_s + MARGIN_S) * 1000)
     argv = [helper, str(inst.pid), str(inst.starttime), str(deadline_ms)]
-    pause: asyncio.Task[object] = asyncio.ensure_future(
+    pause: asyncio.Future[RunResult] = asyncio.ensure_future(
         jobs.exec("pause", argv, timeout=inp.window_s + MARGIN_S + 30))
     notes: list[str] = []
     released = False

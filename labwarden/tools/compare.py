@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from scipy import stats
 
+from labwarden.core.conditions import Conditions
 from labwarden.core.decision import pct_interval
 from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord, SweepRecord
@@ -95,7 +96,7 @@ def judge(a: list[float], b: list[float], alpha: float, min_effect_pct: float) -
                         verdict=verdict)
 
 
-def _conditions(store: RecordStore, rec: SweepRecord) -> list:  # type: ignore[type-arg]
+def _conditions(store: RecordStore, rec: SweepRecord) -> list[Conditions]:
     return [w.conditions for p in rec.points
             for w in store.load("prof", p.profile_id, ProfileRecord).windows]
 

@@ -68,7 +68,7 @@ class GateInput(ToolInput):
 class Gate(GateResult):
     """A gate of gate_check: one of GateName, with core/experiments' one status."""
 
-    name: GateName  # type: ignore[assignment]
+    name: GateName
 
 
 class GateOutput(BaseModel):
@@ -87,6 +87,8 @@ async def _unknown_pct(ctx: LabContext, rec: SweepRecord, store: RecordStore) ->
 
     spec = registry.get("symbolize")
     out = await spec.run(ctx, spec.input.model_validate({"profile_id": densest.id}))
+    # a spec's run returns BaseModel: this is symbolize's output, whose model the registry lookup
+    # keeps out of this module's imports
     return float(out.unknown_pct), f"{out.unknown_pct:.3f}% unknown frames at {densest.stations} clients"  # type: ignore[attr-defined]
 
 
@@ -102,9 +104,9 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
     store = RecordStore(ctx.data_dir)
     if inp.saturate_id is not None:
         sat = store.load("sat", inp.saturate_id, SaturateRecord)
-        base = (store.load("sat", inp.baseline_saturate_id, SaturateRecord)
-                if inp.baseline_saturate_id else None)
-        return gate_output(sat.id, saturation_gates.gates(sat, base, Gate.judged, Gate.not_applicable))
+        base_sat = (store.load("sat", inp.baseline_saturate_id, SaturateRecord)
+                    if inp.baseline_saturate_id else None)
+        return gate_output(sat.id, saturation_gates.gates(sat, base_sat, Gate.judged, Gate.not_applicable))
     assert inp.sweep_id is not None
     rec = store.load("swp", inp.sweep_id, SweepRecord)
     profiles = [store.load("prof", p.profile_id, ProfileRecord) for p in rec.points]
@@ -180,9 +182,9 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
         base = store.load("swp", inp.baseline_sweep_id, SweepRecord)
         counter = ctx.profile.decision.offered_load_counter
         densest_a = store.load("prof", base.points[-1].profile_id, ProfileRecord)
-        loads = ([parity.window_loads([densest_a], counter), parity.window_loads(profiles[-1:], counter)]
-                 if counter else [[], []])
-        for g in (parity.offered_load(ctx.profile.decision, *loads, window_s=densest_a.window_s),
+        loads_a, loads_b = ((parity.window_loads([densest_a], counter),
+                             parity.window_loads(profiles[-1:], counter)) if counter else ([], []))
+        for g in (parity.offered_load(ctx.profile.decision, loads_a, loads_b, window_s=densest_a.window_s),
                   parity.functional(base.parity, rec.parity)):
             gates.append(Gate.model_validate(g.model_dump()))
 

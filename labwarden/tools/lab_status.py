@@ -22,6 +22,7 @@ from labwarden.lab.config import LabProfile
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel, procs
 from labwarden.lab.dut.errors import CommandTimeout, ConnectionLost, Unreachable
+from labwarden.lab.knobs import KnobState, Topology
 from labwarden.tools.context import LabContext
 
 
@@ -66,8 +67,8 @@ class LabStatusOutput(BaseModel):
                                               "output quoted)")
     flashed_build: str | None
     fingerprint_verified: bool = Field(description="verified since the last flash")
-    knobs: list[knobs.KnobState]
-    topology: knobs.Topology | None
+    knobs: list[KnobState]
+    topology: Topology | None
     associated: dict[str, int] | None = Field(None, description="datamodel count per VAP")
     problems: list[DeviceText] = Field(description="everything not ready for measurement")
     stray_output: list[DeviceText] = Field(

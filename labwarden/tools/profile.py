@@ -176,7 +176,8 @@ class _NoProbes:
         return None
 
 
-def _maybe_probes(ctx: LabContext, probes: dict[str, tuple[str, str]]):  # type: ignore[no-untyped-def]
+def _maybe_probes(ctx: LabContext,
+                  probes: dict[str, tuple[str, str]]) -> contextlib.AbstractAsyncContextManager[list[str]]:
     if not probes:
         return _NoProbes()
     prof = ctx.profile

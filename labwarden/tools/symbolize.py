@@ -198,12 +198,12 @@ async def symbolized(ctx: LabContext, rec: ProfileRecord, perf_data: Path,
     empty.mkdir(exist_ok=True)
     if rec.system_wide:  # every process's mappings were recorded: fetch only what samples touch
         try:
-            hit = await asyncio.to_thread(sf.sampled_dsos, bins["perf"], perf_data, kallsyms, empty)
+            sampled = await asyncio.to_thread(sf.sampled_dsos, bins["perf"], perf_data, kallsyms, empty)
         except RuntimeError as exc:
             raise ToolError("tool", str(exc), "is the file a perf.data? profile again") from exc
-        warnings.append(f"system-wide: symbols for the {sum(d.path in hit for d in dsos)} DSOs "
+        warnings.append(f"system-wide: symbols for the {sum(d.path in sampled for d in dsos)} DSOs "
                         f"the samples touch (of {len(dsos)} mapped)")
-        dsos = [d for d in dsos if d.path in hit]
+        dsos = [d for d in dsos if d.path in sampled]
     manifest = load_manifest(ctx, rec.build_id) if rec.build_id else None
     if manifest is None:
         warnings.append("the profile names no verified build: symbols come from the DUT only")

@@ -47,18 +47,18 @@ class AuditReport(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     """Worth knowing but not a failure (no checkpoint given, older price table)."""
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy rejects decorators over @property
     @property
     def ok(self) -> bool:
         return not self.findings
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy rejects decorators over @property
     @property
     def first_bad_seq(self) -> int | None:
         seqs = [p.seq for p in self.findings if p.seq is not None]
         return min(seqs) if seqs else None
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy rejects decorators over @property
     @property
     def problems(self) -> list[str]:
         return [(f"seq {p.seq}: " if p.seq is not None else "") + f"[{p.check}] {p.message}"

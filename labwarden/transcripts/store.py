@@ -261,20 +261,20 @@ class TranscriptStore:
             self._append_locked(sid, ev)
         return sid
 
-    def append(self, session_id: str, event: EventBase) -> StoredEvent:
+    def append(self, session_id: str, event: Event) -> StoredEvent:
         """Append one event; committed (acknowledged) when this returns."""
         return self.append_many(session_id, [event])[0]
 
-    def append_many(self, session_id: str, events: list[EventBase], *,
+    def append_many(self, session_id: str, events: Sequence[Event], *,
                     durable: bool = True) -> list[StoredEvent]:
         """Append several events in one transaction (at most one fsync): all acknowledged, or
         none. durable=False skips the fsync (see the module docstring). The store sets each
         event's session_id and seq."""
         links = self.write(session_id, events, durable=durable)
-        return [StoredEvent(session_id=session_id, seq=seq, prev_hash=prev, hash=digest, event=ev)  # type: ignore[arg-type]
+        return [StoredEvent(session_id=session_id, seq=seq, prev_hash=prev, hash=digest, event=ev)
                 for ev, (seq, prev, digest) in zip(events, links, strict=True)]
 
-    def write(self, session_id: str, events: list[EventBase], *,
+    def write(self, session_id: str, events: Sequence[EventBase], *,
               durable: bool = True) -> list[tuple[int, str, str]]:
         """append_many() for callers that keep no StoredEvent (the tool runner, once per call):
         the same commit, returning each event's (seq, prev_hash, hash)."""
@@ -289,7 +289,7 @@ class TranscriptStore:
             self.write_anchor(session_id)  # the head, kept outside the database
         return links
 
-    def _append_txn(self, session_id: str, events: list[EventBase],
+    def _append_txn(self, session_id: str, events: Sequence[EventBase],
                     durable: bool) -> list[tuple[int, str, str]]:
         head = self._heads.get(session_id)
         if head is not None and len(events) == 1 and not isinstance(events[0], _SIDE_EFFECTS):
@@ -398,8 +398,9 @@ class TranscriptStore:
     def resolve(self, id_or_prefix: str, allowed: Callable[[str], bool] | None = None) -> str:
         """A full session id from an id or a unique prefix of one. With `allowed`, sessions it
         rejects do not exist for this caller (not even in an "ambiguous" list)."""
-        ids = [r["id"] for r in self.db.query("SELECT id FROM sessions WHERE id = ? OR id LIKE ? ESCAPE '\\'",
-                                             [id_or_prefix, _like_prefix(id_or_prefix)])]
+        ids: list[str] = [r["id"] for r in self.db.query(
+            "SELECT id FROM sessions WHERE id = ? OR id LIKE ? ESCAPE '\\'",
+            [id_or_prefix, _like_prefix(id_or_prefix)])]
         if allowed is not None:
             ids = [i for i in ids if allowed(i)]
         if id_or_prefix in ids:
@@ -459,9 +460,10 @@ class TranscriptStore:
         if row is None:
             return None
         try:
-            return json.loads(row[0]).get("principal")
+            principal: str | None = json.loads(row[0]).get("principal")
         except (ValueError, AttributeError):
             return None
+        return principal
 
     def export_checkpoint(self, session_id: str, path: Path | str) -> Checkpoint:
         """Write the checkpoint as JSON to `path` (keep it somewhere the transcript is not)."""

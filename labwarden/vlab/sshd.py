@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 from functools import partial
+from typing import Any
 
 import asyncssh
 
@@ -54,7 +55,7 @@ class SessionRegistry:
 
 
 async def _session(layout: VlabLayout, registry: SessionRegistry,
-                   process: asyncssh.SSHServerProcess) -> None:
+                   process: asyncssh.SSHServerProcess[bytes]) -> None:
     argv = ["/bin/sh", "-c", process.command] if process.command is not None else ["/bin/sh"]
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -67,7 +68,8 @@ async def _session(layout: VlabLayout, registry: SessionRegistry,
     closed = asyncio.ensure_future(process.wait_closed())
     try:
         outputs = asyncio.gather(*pumps)
-        await asyncio.wait({outputs, closed}, return_when=asyncio.FIRST_COMPLETED)
+        either: set[asyncio.Future[Any]] = {outputs, closed}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if not outputs.done():  # client went away: hang up the session like sshd
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGHUP)

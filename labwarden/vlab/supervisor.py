@@ -46,7 +46,8 @@ class ProcessManager:
 
     async def _spawn(self, name: str) -> asyncio.subprocess.Process:
         logf = (self.layout.logs / f"{name}.log").open("ab")
-        argv, keep, info_r = self.argv(name), (), None
+        argv, info_r = self.argv(name), None
+        keep: tuple[int, ...] = ()
         if confine.available():  # the firmware runs as nobody, not root (vlab/confine.py)
             info_r, info_w = os.pipe()
             argv, keep = confine.wrap(argv, self.layout, info_w), (info_w,)

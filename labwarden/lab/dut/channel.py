@@ -22,7 +22,7 @@ import secrets
 import shlex
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncssh
 
@@ -119,16 +119,17 @@ class MarkedStream:
 
 async def both(first: Awaitable[T], second: Awaitable[U]) -> tuple[T, U]:
     """Await two reads together; if one fails, the other is cancelled (no orphan task)."""
-    tasks = [asyncio.ensure_future(first), asyncio.ensure_future(second)]
+    one, two = asyncio.ensure_future(first), asyncio.ensure_future(second)
+    tasks: list[asyncio.Future[Any]] = [one, two]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
         for task in tasks:
             task.cancel()
-    errors = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
+    errors = [e for t in tasks if t.done() and not t.cancelled() and (e := t.exception())]
     if errors:
         raise errors[0]
-    return tasks[0].result(), tasks[1].result()
+    return one.result(), two.result()
 
 
 STRAY_KEPT = 512

@@ -143,9 +143,9 @@ def delta(before: KstatSnapshot, after: KstatSnapshot) -> KernelSplit:
     for name, counts in after.softirqs.items():
         prev = before.softirqs.get(name, [])
         per = [max(0, c - (prev[i] if i < len(prev) else 0)) for i, c in enumerate(counts)]
-        total = sum(per)
-        soft[name] = SoftirqDelta(per_cpu=per, total=total,
-                                  per_s=round(total / wall, 1) if wall else None)
+        raised = sum(per)
+        soft[name] = SoftirqDelta(per_cpu=per, total=raised,
+                                  per_s=round(raised / wall, 1) if wall else None)
     busiest = max(per_cpu, key=lambda c: c.softirq_system_pct, default=None)
     total = _split("all", before.total, after.total)
     core_ticks = total.ticks / len(per_cpu) if per_cpu else 0  # one core's ticks in the interval

@@ -198,11 +198,11 @@ def build(recipe: BuildRecipe, patches: list[str] | None = None, ref: str = "HEA
         for pf in patch_files:
             progress(f"applying {pf.name}")
             # the bytes that were hashed are the bytes applied (no second read of the file)
-            res = subprocess.run(["git", "-C", str(tree), "apply", "--index", "-"],
-                                 input=pf.data, capture_output=True)
-            if res.returncode != 0:
+            applied = subprocess.run(["git", "-C", str(tree), "apply", "--index", "-"],
+                                     input=pf.data, capture_output=True)
+            if applied.returncode != 0:
                 raise BuildError(f"patch {pf.name}",
-                                 res.stderr.decode(errors="replace").strip().splitlines()[-20:],
+                                 applied.stderr.decode(errors="replace").strip().splitlines()[-20:],
                                  f"rebase {pf.name} on {base[:12]} (it does not apply)")
         if patch_files:
             git(tree, "commit", "-q", "-m", "apply " + " ".join(p.name for p in patch_files))

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from labwarden.core.errors import LabError
-from labwarden.lab.config import LoadSection
+from labwarden.lab.config import StasimLoad as StasimLoadSection
 from labwarden.lab.host import pidfile
 
 
@@ -31,7 +31,7 @@ class StasimLoad(BaseModel):
     log: Path
 
     @classmethod
-    def of(cls, section: LoadSection) -> StasimLoad:
+    def of(cls, section: StasimLoadSection) -> StasimLoad:
         """The generator a lab profile's [load] section describes."""
         return cls(binary=Path(section.binary).expanduser(), socket=section.socket,
                    pidfile=Path(section.pidfile).expanduser(), log=Path(section.log).expanduser())

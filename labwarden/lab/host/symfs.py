@@ -338,7 +338,8 @@ def defining_dso(symfs: Symfs, names: Sequence[str]) -> dict[str, str]:
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
 
-    want, found = set(names), {}
+    want = set(names)
+    found: dict[str, str] = {}
     root = Path(symfs.root)
     for e in symfs.entries:
         debug = root / debug_rel(e.build_id)

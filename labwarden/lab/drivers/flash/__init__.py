@@ -7,7 +7,7 @@ Every driver ends the same way: SSH answers again and the target process is a ne
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from labwarden.lab.config import LabProfile
 from labwarden.lab.drivers.flash.base import FlashDriver, FlashFailed, boot_id
@@ -17,7 +17,18 @@ from labwarden.lab.drivers.flash.sysupgrade import Sysupgrade
 from labwarden.lab.drivers.flash.vlab import VlabFlash
 from labwarden.lab.dut.device import Device
 
-DRIVERS: dict[str, type] = {d.kind: d for d in (Sysupgrade, VlabFlash, CommandFlash, LabgridFlash)}
+
+class FlashDriverClass(Protocol):
+    """A driver's class: its kind, and its constructor from the profile and the DUT."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def __call__(self, profile: LabProfile, dev: Device) -> FlashDriver: ...
+
+
+DRIVERS: dict[str, FlashDriverClass] = {d.kind: d for d in (Sysupgrade, VlabFlash, CommandFlash,
+                                                            LabgridFlash)}
 """`[flash] kind` -> driver (tests/test_drivers.py checks the profile schema agrees)."""
 KINDS = tuple(DRIVERS)
 
@@ -26,7 +37,7 @@ def for_profile(profile: LabProfile, dev: Device, place: Any = None) -> FlashDri
     """The driver `[flash] kind` names. `place`: the session's labgrid PlaceLease, if any."""
     if profile.flash.kind == "labgrid":
         return LabgridFlash(profile, dev, place)
-    return DRIVERS[profile.flash.kind](profile, dev)  # type: ignore[no-any-return]
+    return DRIVERS[profile.flash.kind](profile, dev)
 
 
 __all__ = ["DRIVERS", "KINDS", "FlashDriver", "FlashFailed", "boot_id", "for_profile"]

@@ -30,7 +30,8 @@ def for_profile(profile: LabProfile, device: Device | None = None) -> LoadDriver
     """The driver `[load] kind` names, bound to the profile's section (and, for a load held on
     the DUT itself -- wpa_supplicant stations -- to the DUT)."""
     if profile.load.kind == "wpa_supplicant":
-        return WpaSupplicant(profile.load, device)  # type: ignore[arg-type]
+        return WpaSupplicant(profile.load, device)
+    # each kind's driver takes that kind's section model: a dict's type cannot pair them
     return DRIVERS[profile.load.kind](profile.load)  # type: ignore[call-arg]
 
 
