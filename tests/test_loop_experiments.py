@@ -161,6 +161,12 @@ def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayou
     assert read and any("hal_get_all_stations_bulk" in ln for ln in read["lines"])
 
     bulk, drop, noop, slow = (e.call.result for e in (events[3], events[6], events[9], events[11]))
+    print("vlab loop ledger:")  # the note's table
+    for exp in (bulk, drop, noop, slow):
+        if exp:
+            print(f"  {exp['patch']}: {exp['decision']} ({exp['verdict']}) {exp['mean_a']} -> "
+                  f"{exp['mean_b']} ({exp['delta_pct']}%, CI {exp['ci_pct']}, windows "
+                  f"{exp['windows']}, gates failed {exp['gates_failed']}) -- {exp['reason']}")
     assert slow and slow["verdict"] == "regressed" and slow["decision"] == "dropped", slow
     assert slow["delta_pct"] > 5 and slow["gates_failed"] == []
     assert bulk and bulk["decision"] == "kept", bulk
