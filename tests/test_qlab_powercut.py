@@ -110,4 +110,4 @@ def test_a_power_cut_mid_flash_leaves_the_board_unknown_and_recovery_brings_it_b
                                    json.dumps({"build_id": prof.build.baseline}), "--lab", str(lab)])
     assert verified.exit_code == 0, verified.output
     after = BoardState.load(prof.data_dir())
-    assert after.board_health == "good" and after.fingerprint_ok(), after
+    assert after.board_health == "good" and after.fingerprint_ok(), (after, verified.output)

@@ -194,6 +194,7 @@ def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "
                                 timeout=WIFI_TIMEOUT_S + 30)
         if not res.ok:
             raise _fail(layout, f"the APs did not come up: {quote(res.stderr)}")
+        _wait_firmware(layout)
         timings["wifi"] = round(time.monotonic() - t3, 2)
         if traffic_router:
             route = guestssh.run_sync(endpoint(layout), ["lw-route", "status"], timeout=30)
@@ -237,6 +238,14 @@ def status(root: str | os.PathLike[str], *, ask_guest: bool = False) -> QlabStat
                     res = guestssh.run_sync(ep, argv, timeout=30)
                     result.guest[key] = (res.stdout or res.stderr).strip()
     return result
+
+
+def _wait_firmware(layout: QlabLayout) -> None:
+    """After the APs: the firmware's daemon answers too (firmware.READY_SH)."""
+    res = guestssh.run_sync(endpoint(layout), ["sh", "-c", firmware.READY_SH],
+                            timeout=firmware.READY_S + 30)
+    if not res.ok:
+        raise _fail(layout, f"the firmware did not start after the boot: {quote(res.stderr)}")
 
 
 def transition(root: str | os.PathLike[str], to: Literal["off", "shell", "cycle"],
@@ -337,6 +346,7 @@ def flash(root: str | os.PathLike[str], patches: list[str] | None = None,
     wifi = guestssh.run_sync(ep, ["wifi", "wait", str(WIFI_TIMEOUT_S)], timeout=WIFI_TIMEOUT_S + 30)
     if not wifi.ok:
         raise _fail(layout, f"the APs did not come up after flashing: {quote(wifi.stderr)}")
+    _wait_firmware(layout)
     timings["wifi"] = round(time.monotonic() - t, 2)
     return Flashed(build_id=build_id, image=str(image_path), boot_id_before=before,
                    boot_id_after=after, timings=timings)

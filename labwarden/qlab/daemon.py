@@ -128,13 +128,18 @@ class Daemon:
         pending.done(ctlsock.Reply(ok=True, state=dict(self.state)))
 
     def wait_aps(self) -> None:
-        """Answer only once the APs are up, as `qlab up` does: a caller that heals the topology
-        right after (`wifi reload`) would otherwise race the boot's own `wifi up`."""
+        """Answer only once the APs are up and the firmware answers, as `qlab up` does: a caller
+        that heals the topology right after (`wifi reload`) would otherwise race the boot's own
+        `wifi up`, and a health check the firmware's start."""
         _out, err, code = self.strategy.ssh.run(f"/usr/sbin/wifi wait {WIFI_WAIT_S}",
                                                 timeout=WIFI_WAIT_S + 30)
         if code != 0:
             raise ctlsock.ControlError(f"the APs did not come up after the boot: {' '.join(err)}",
                                        "see the guest's /tmp/log/hostapd.log")
+        _out, err, code = self.strategy.ssh.run(firmware.READY_SH, timeout=firmware.READY_S + 30)
+        if code != 0:
+            raise ctlsock.ControlError(f"the firmware did not start after the boot: {' '.join(err)}",
+                                       "see the guest's /tmp/log/ and console.log")
 
     def flash(self, image: Path) -> None:
         """off -> the image onto the flash disk (and a clean overlay asked for) -> shell. The image

@@ -32,6 +32,13 @@ TRAILER = 512
 IMAGE_NAME = "qlab-fw.img"
 FLASH_BYTES = 64 << 20
 """Size of the guest's flash disk."""
+READY_S = 60
+READY_SH = (f"[ -x /usr/sbin/stad ] || exit 0; i=0; while [ $i -lt {READY_S * 2} ]; do "
+            "stacli --socket /run/stad.sock version >/dev/null 2>&1 && exit 0; "
+            "i=$((i + 1)); sleep 0.5; done; echo 'stad does not answer on /run/stad.sock' >&2; exit 1")
+"""Run in the guest after a boot: wait (up to READY_S) until the firmware's daemon answers. The
+guest's boot starts stad after `wifi up`, so APs that are up say nothing of it: a health check
+right after a boot found stad `not running` and called the board bad."""
 
 
 def init_repo(layout: QlabLayout) -> str:
