@@ -172,5 +172,5 @@ async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
 SPEC = ToolSpec(name="bisect", description=describe(__doc__), input=BisectInput,
                 output=BisectOutput, run=run, effect="destructive",
                 requires=frozenset({"lease", "board_healthy", "env_pinned", "topology_asserted"}),
-                budget_class="measure", counts_as_flash=True,
+                budget_class="measure",  # each nested flash takes its own flash slot
                 needs=frozenset({"repo_history"}))

@@ -36,7 +36,6 @@ from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel, kstat, procs, sampler, uprobes
 from labwarden.lab.dut.commands import RunResult
 from labwarden.lab.dut.jobs import DutJobs
-from labwarden.tools import associate
 from labwarden.tools.build import load_manifest
 from labwarden.tools.context import LabContext
 
@@ -71,6 +70,10 @@ class ProfileInput(ToolInput):
     settle_s: float | None = Field(None, ge=0, le=60, description="seconds from associating to "
                                    "the first window; the set-up runs within it (default: [load] "
                                    "settle_s of the lab profile)")
+    hold: bool = Field(True, description="hold the workload first (associate `stations`); false: "
+                       "the caller already holds it (a sweep, an A/B)")
+    idle: bool = Field(False, description="the windows run with the load stopped (a sweep's idle "
+                       "baseline): recorded as an idle measurement")
 
 
 class CpuSummary(BaseModel):
@@ -95,12 +98,12 @@ class ProfileOutput(BaseModel):
     warnings: list[str]
 
 
-async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
-                  associate_first: bool = True) -> ProfileRecord:
-    """The windows themselves (sweep calls this for each density)."""
+async def measure(ctx: LabContext, inp: ProfileInput) -> ProfileRecord:
+    """The windows themselves."""
     prof, dev = ctx.profile, ctx.device
-    if associate_first:
-        await associate.run(ctx, associate.AssociateInput(stations=inp.stations))
+    kind = "idle" if inp.idle else "loaded"
+    if inp.hold:
+        await ctx.call("associate", {"stations": inp.stations})
     # The settle is time since the clients associated (their first syncs stay out of the
     # windows); the set-up below (kernel symbols, uprobes) runs inside it, not after it.
     settle = prof.load.settle_s if inp.settle_s is None else inp.settle_s
