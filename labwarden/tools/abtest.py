@@ -24,18 +24,11 @@ from collections.abc import Awaitable, Callable
 from labwarden.core.decision import DecisionRule, judge, next_windows
 from labwarden.core.errors import LabError, ToolError
 from labwarden.core.experiments import Arm, Screening
-from labwarden.core.measurements import ProfileRecord
+from labwarden.core.measurements import MAX_REPS, ProfileRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab.drivers import load as load_drivers
-from labwarden.tools import parity, registry
+from labwarden.tools import parity
 from labwarden.tools.context import LabContext
-
-
-def max_reps() -> int:
-    """Windows one profile call measures at most (a longer segment is several calls): the
-    bound of its input's `reps`."""
-    field = registry.get("profile").input.model_fields["reps"]
-    return int(next(m.le for m in field.metadata if getattr(m, "le", None) is not None))
 
 
 class ParityMismatch(LabError):
@@ -121,9 +114,8 @@ class AB:
                                      "identical (the profile's parity_check)")
         await ctx.report(len(arm.values), None, f"{name.upper()} ({arm.build_id}): {k} window(s) "
                          f"of {self.window_s:g} s at {self.screening.workload}")
-        most = max_reps()
-        while k > 0:  # a profile call measures at most `most` windows
-            reps = min(k, most)
+        while k > 0:  # a profile call measures at most MAX_REPS windows
+            reps = min(k, MAX_REPS)
             await self._measure(name, arm, n, reps, settle)
             k, settle = k - reps, 0.0
 

@@ -28,8 +28,8 @@ from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
+from labwarden.lab.host.builds import compiled, recipe
 from labwarden.tools import abtest
-from labwarden.tools.build import compiled, recipe
 from labwarden.tools.context import LabContext
 
 MAX_COMMITS = 256
@@ -93,7 +93,7 @@ def _side(j: Judgement, against: str) -> Literal["good", "bad", "unknown"]:
 
 
 async def _build(ctx: LabContext, commit: str) -> str:
-    manifest, _ = await compiled(recipe(ctx), [], commit)
+    manifest, _ = await compiled(recipe(ctx.profile), [], commit)
     return manifest.build_id
 
 

@@ -81,8 +81,8 @@ class LabContext:
     """The session's labgrid PlaceLease (labgrid backend): drivers that act through the place
     (a labgrid flash) use it; None otherwise."""
     door: Door | None = None
-    """Where `call` and `heal` go: the session's runner (guarded, logged). None on a bare
-    context (a unit test's): nested tools then run directly, unguarded."""
+    """Where `call` and `heal` go: the session's runner (guarded, or not when the session is
+    unguarded; logged when it is). Only a context no session opened has none."""
     board: BoardStateFile = field(init=False, repr=False)
     _cleanups: set[asyncio.Future[Any]] = field(default_factory=set, init=False, repr=False)
 
@@ -146,15 +146,13 @@ class LabContext:
         raise its failure (a refusal too: kind, code and remedy kept) as a LabError."""
         if isinstance(args, BaseModel):
             args = args.model_dump(mode="json", exclude_unset=True)
-        if self.door is not None:
-            record = await self.door.call(self, name, args)
-            if not record.ok:
-                raise failure(record)
-            return record.output
-        from labwarden.tools import registry  # the registry imports tools lazily: no cycle
-
-        spec = registry.get(name)
-        return await spec.run(self, spec.input.model_validate(args))
+        if self.door is None:
+            raise ToolError("internal", f"no door for the nested call {name!r}: this context was "
+                            "not opened by a session", "open the lab with runtime.session.open_lab")
+        record = await self.door.call(self, name, args)
+        if not record.ok:
+            raise failure(record)
+        return record.output
 
     async def heal(self) -> list[str]:
         """Heal what drifted under the running call (a nested flash rebooted the DUT) as

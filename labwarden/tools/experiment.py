@@ -31,11 +31,10 @@ from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
-from labwarden.lab.host.patchstore import PatchStore, ProtectedArtifact
+from labwarden.lab.host.builds import compiled, load_manifest, recipe
+from labwarden.lab.host.patchstore import PatchStore, ProtectedArtifact, lab_patches
 from labwarden.tools import abtest, parity
-from labwarden.tools.build import compiled, load_manifest, recipe
 from labwarden.tools.context import LabContext
-from labwarden.tools.patch_submit import store as patch_store
 from labwarden.transcripts import pricing
 
 
@@ -97,7 +96,7 @@ def _cost(ctx: LabContext, since_tool: str) -> Cost:
 
 
 async def _build(ctx: LabContext, patches: list[str], ref: str) -> str:
-    manifest, _ = await compiled(recipe(ctx), patches, ref)
+    manifest, _ = await compiled(recipe(ctx.profile), patches, ref)
     return manifest.build_id
 
 
@@ -106,8 +105,8 @@ def _same_protected(ctx: LabContext, exp: Experiment) -> None:
     side): a candidate that changes it, by any route, is never measured, let alone kept."""
     names = ctx.profile.build.protected_artifacts
     assert exp.build_a and exp.build_b
-    moved = builder.changed_outputs(load_manifest(ctx, exp.build_a), load_manifest(ctx, exp.build_b),
-                                    names) if names else []
+    moved = builder.changed_outputs(load_manifest(ctx.profile, exp.build_a),
+                                    load_manifest(ctx.profile, exp.build_b), names) if names else []
     if moved:
         raise ProtectedArtifact(moved, f"patch {exp.patch}")
 
@@ -229,7 +228,7 @@ def _precheck(ctx: LabContext, inp: ExperimentInput) -> None:
 
 def _known(ctx: LabContext, patches: list[str]) -> None:
     """Refuse an unknown patch id before anything is recorded (a typo is not an experiment)."""
-    rec = recipe(ctx)
+    rec = recipe(ctx.profile)
     for pid in patches:
         try:
             builder.resolve_patch(pid, rec.patches_dirs)
@@ -242,7 +241,7 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
     t0 = time.monotonic()
     store = RecordStore(ctx.data_dir)
     _known(ctx, [inp.patch, *(inp.base_patches or [])])
-    meta = patch_store(ctx).meta(inp.patch)
+    meta = lab_patches(ctx.data_dir).meta(inp.patch)
     base = inp.base_patches if inp.base_patches is not None else (meta.base_patches if meta else [])
     ref = inp.ref or (meta.ref if meta else "HEAD")
     exp = Experiment(id=store.new_id("exp"), patch=inp.patch, patch_name=meta.name if meta else None,

@@ -28,9 +28,9 @@ from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
+from labwarden.lab.saturation import SaturateRecord
 from labwarden.tools import parity, saturation_gates
 from labwarden.tools.context import LabContext
-from labwarden.tools.saturate import SaturateRecord
 
 GateName = Literal["cpu_monotonic", "unknown_frames", "assoc_matches_datamodel",
                    "conditions_verified", "rss_bounded", "functional_parity",

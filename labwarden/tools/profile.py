@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
 from labwarden.core.kernelsplit import KernelSplit, KernelSummary
-from labwarden.core.measurements import ProfileRecord, Window
+from labwarden.core.measurements import MAX_REPS, ProfileRecord, Window
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import perfcount
@@ -36,7 +36,7 @@ from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel, kstat, procs, sampler, uprobes
 from labwarden.lab.dut.commands import RunResult
 from labwarden.lab.dut.jobs import DutJobs
-from labwarden.tools.build import load_manifest
+from labwarden.lab.host.builds import load_manifest
 from labwarden.tools.context import LabContext
 
 PERF_RECORD = ["record", "-N", "-z", "--buildid-mmap", "--no-bpf-event", "-e", "cpu-clock",
@@ -59,7 +59,7 @@ without frame pointers stay shallow."""
 class ProfileInput(ToolInput):
     stations: int = Field(ge=0, le=4096, description="clients held during the windows", examples=[114])
     window_s: float = Field(10, ge=2, le=300, description="seconds per window", examples=[10])
-    reps: int = Field(3, ge=1, le=10, description="windows (repetitions)")
+    reps: int = Field(3, ge=1, le=MAX_REPS, description="windows (repetitions)")
     perf: bool = Field(True, description="perf record the target (symbolize needs it)")
     perf_reps: int | None = Field(None, ge=0, le=10, description="record perf in the first N reps only "
                                   "(default: all)")
@@ -188,7 +188,7 @@ def _maybe_probes(ctx: LabContext,
     state = ctx.peek_state()
     if state.fingerprint_ok() and state.verified_build:  # the running build's symbols
         with contextlib.suppress(ToolError):
-            roots.append(Path(load_manifest(ctx, state.verified_build).symfs))
+            roots.append(Path(load_manifest(ctx.profile, state.verified_build).symfs))
     return uprobes.registered(ctx.device, prof.dut.paths.tracefs, probes,
                               ctx.data_dir / "symcache", roots, shield=ctx.shielded)
 

@@ -134,4 +134,7 @@ SPEC = ToolSpec(name="sweep", description=describe(__doc__), input=SweepInput, o
                 run=run, effect="mutates_dut",
                 requires=frozenset({"lease", "board_healthy", "fingerprint_verified", "env_pinned",
                                     "topology_asserted"}),
-                budget_class="measure", measures=True)
+                budget_class="measure", measures=True,
+                free_text=frozenset({"label"}))
+"""`label` is a stage name shown in reports ('base HEAD', an experiment's arm): prose, never a
+path or a command, so exempt from the identifier check (bounded like any string)."""
