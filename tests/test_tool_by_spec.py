@@ -170,6 +170,7 @@ async def test_a_nested_call_passes_the_same_door_under_its_parent(lab: VlabLayo
     audit checks."""
     from labwarden.transcripts import timeline
     from labwarden.transcripts.audit import audit
+    from labwarden.transcripts.otlp import spans
 
     (lab.data_dir / "flashes.json").unlink(missing_ok=True)
     prof = _profile(lab, flashes_per_hour=1)
@@ -216,3 +217,9 @@ async def test_a_nested_call_passes_the_same_door_under_its_parent(lab: VlabLayo
     at = rows.index((PARENT, 0))
     assert rows[at + 1:at + 4] == [(CHILD, 1), (CHILD, 1), (CHILD, 1)]  # two calls, one refusal
     assert tl.totals.nested_calls == 2
+    traced = {sp.name: sp for sp in spans(sid, events).resource_spans[0].scope_spans[0].spans
+              if sp.name.endswith(PARENT)}
+    kid_spans = [sp for sp in spans(sid, events).resource_spans[0].scope_spans[0].spans
+                 if sp.name == f"execute_tool {CHILD}"]
+    assert len(kid_spans) == 2  # OTLP: the children are spans under their parent's span
+    assert {sp.parent_span_id for sp in kid_spans} == {traced[f"execute_tool {PARENT}"].span_id}

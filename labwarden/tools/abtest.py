@@ -41,18 +41,19 @@ async def switch_to(ctx: LabContext, build_id: str) -> bool:
     """Make `build_id` the verified image on the DUT (flash only when it is not), then heal
     what the flash's reboot drifted. Returns whether it flashed."""
     state = ctx.peek_state()
-    if state.fingerprint_ok() and state.verified_build == build_id:
-        return False
-    await ctx.call("flash", {"build_id": build_id})
-    out = await ctx.call("fingerprint_verify", {"build_id": build_id})
-    if not out.verified:
-        raise ToolError("device", f"build {build_id} did not verify after the flash: "
-                        + "; ".join(f"{m.check} {m.path}" for m in out.mismatches[:3]),
-                        "lab_status; flash a known image and fingerprint_verify it")
-    changes = await ctx.heal()
+    flashed = False
+    if not (state.fingerprint_ok() and state.verified_build == build_id):
+        await ctx.call("flash", {"build_id": build_id})
+        out = await ctx.call("fingerprint_verify", {"build_id": build_id})
+        if not out.verified:
+            raise ToolError("device", f"build {build_id} did not verify after the flash: "
+                            + "; ".join(f"{m.check} {m.path}" for m in out.mismatches[:3]),
+                            "lab_status; flash a known image and fingerprint_verify it")
+        flashed = True
+    changes = await ctx.heal()  # a guard decision when something drifted (a flash reboots)
     if changes:
         await ctx.report(0, None, "healed after the flash: " + ", ".join(changes))
-    return True
+    return flashed
 
 
 def metric_values(rec: ProfileRecord, metric: str) -> list[float]:
