@@ -51,6 +51,7 @@ from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from labwarden.transcripts.audit import audit
 from labwarden.transcripts.store import TranscriptStore
+from labwarden.transcripts.timeline import of_session
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
@@ -186,6 +187,16 @@ async def test_an_experiment_stops_cleanly_at_its_third_flash(vlab_root: VlabLay
     assert any("schedutil -> performance" in c for c in after_flash[0].changes)
     assert set(after_flash[0].changes) <= set(healed) and after_flash[-1].changes[0] in healed
     assert report.ok and "tree" in report.checks, report.problems
+    with TranscriptStore(prof.data_dir() / "transcripts.db") as store:
+        rows = [(r.what, r.depth) for r in of_session(store, sid).rows if r.kind == "tool_called"]
+    at = rows.index(("experiment", 0))  # replay: the experiment, then its calls indented
+    assert rows[at + 1:at + 3] == [("flash", 1), ("fingerprint_verify", 1)], rows
+    shown = runner.invoke(app, ["transcripts", "replay", sid, "--db",
+                                str(prof.data_dir() / "transcripts.db")], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and "└ flash" in shown.output, shown.output
+    audited = runner.invoke(app, ["transcripts", "audit", sid, "--db",
+                                  str(prof.data_dir() / "transcripts.db")])
+    assert audited.exit_code == 0, audited.output
 
 
 def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayout,

@@ -7,8 +7,9 @@ follows from its spec alone (core/spec.py).
 Nested calls -- a tool asking `ctx.call` for another tool's effect (an experiment's flashes,
 verifications, windows) -- come through here too (`RunnerDoor`), and differ from a client's call
 in three ways only, each because the parent already paid for it:
-- no slot of the session's `tool_calls` budget (that bounds the client's decisions; the other
-  budgets still stop it, and every nested flash takes its own `flashes_per_hour` slot);
+- it is not admitted again: no slot of the session's `tool_calls` budget (that bounds the
+  client's decisions; an experiment's dozens of steps would exhaust it), and every nested flash
+  still takes its own `flashes_per_hour` slot (guard.check);
 - the parent's lease: not taken again, not renewed twice (the parent's renewal runs);
 - the parent's wall-time deadline: no second one (the parent's stops the whole tree).
 Everything else is the same: requirements, heals (guard decisions), board health, the
@@ -246,6 +247,7 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
             error = ToolFailure(kind="cancelled", message=f"{name} was cancelled; its cleanup ran")
         raise
     finally:
+        _running.reset(running_token)
         ok = result is not None and error is None
         if error is not None:  # errors quote device stderr (marked at the source); clean anyway
             error.message = clean(error.message)
@@ -267,7 +269,6 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         ctx.log(*events, durable=spec.effect in CHANGES_DUT or after is not None)
         door.logged()
         current_messages.reset(messages_token)
-        _running.reset(running_token)
     return record
 
 
@@ -281,18 +282,20 @@ class RunnerDoor:
     async def call(self, ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCallRecord:
         return await call_tool(ctx, name, args)
 
-    async def heal(self, ctx: LabContext) -> list[str]:
-        """Heal, as the running call's requirements need (all pinned knobs outside a call), what
-        drifted while it ran: a guard decision under that call, or its refusal, raised."""
+    async def heal(self, ctx: LabContext, requires: frozenset[Requirement] | None) -> list[str]:
+        """Heal what drifted while a call ran, as `requires` (default: the running call's
+        requirements; all pinned knobs outside a call) needs: a guard decision under that call,
+        or its refusal, logged and raised."""
         guard = _guard(ctx)
         if guard is None:
-            return await heal_unguarded(ctx)
+            return await heal_unguarded(ctx, requires)
         frame = _running.get()
         mine = frame if frame is not None and frame.ctx is ctx else None
         tool = mine.spec.name if mine is not None else "heal"
-        requires = mine.spec.requires if mine is not None else PINNED
+        if requires is None:
+            requires = mine.spec.requires if mine is not None else PINNED
         try:
-            decision = await guard.heal_drift(tool, requires, "under the running call")
+            decision = await guard.heal_drift(tool, requires, f"while {tool} ran")
         except Refused as exc:
             exc.decision.parent_id = mine.call_id if mine is not None else None
             ctx.log(exc.decision, durable=False)

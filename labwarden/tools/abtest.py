@@ -26,6 +26,7 @@ from labwarden.core.errors import LabError, ToolError
 from labwarden.core.experiments import Arm, Screening
 from labwarden.core.measurements import MAX_REPS, ProfileRecord
 from labwarden.core.records import RecordStore
+from labwarden.lab import features
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.tools import parity
 from labwarden.tools.context import LabContext
@@ -102,7 +103,8 @@ class AB:
             self.screening.flashes += 1
             settle = ctx.profile.decision.settle_s  # a new boot's first seconds are start-up
         load = self._driver()
-        if not await load_drivers.is_held(load, ctx.device, ctx.profile, n):
+        holds = features.missing(ctx.profile, "clients") is None  # else: its own workload
+        if holds and not await load_drivers.is_held(load, ctx.device, ctx.profile, n):
             await ctx.call("associate", {"stations": n})
             settle = ctx.profile.decision.settle_s
         if self.with_parity and name not in self.parity:

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from labwarden.core.call import ToolCallRecord
 from labwarden.core.errors import LabError, ToolError
+from labwarden.core.spec import Requirement
 from labwarden.lab import knobs
 from labwarden.lab.boardstate import BoardState, BoardStateFile
 from labwarden.lab.config import LabProfile
@@ -52,7 +53,7 @@ class Door(Protocol):
 
     async def call(self, ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCallRecord: ...
 
-    async def heal(self, ctx: LabContext) -> list[str]: ...
+    async def heal(self, ctx: LabContext, requires: frozenset[Requirement] | None) -> list[str]: ...
 
 
 def failure(record: ToolCallRecord) -> LabError:
@@ -154,21 +155,24 @@ class LabContext:
             raise failure(record)
         return record.output
 
-    async def heal(self) -> list[str]:
+    async def heal(self, requires: frozenset[Requirement] | None = None) -> list[str]:
         """Heal what drifted under the running call (a nested flash rebooted the DUT) as
         `[policy] heal` allows -- through the guard, so it is a guard decision like any heal;
-        a drift the policy may not heal raises its refusal. Returns what changed."""
+        a drift the policy may not heal raises its refusal. `requires`: the requirements whose
+        knobs to heal (default: the running tool's). Returns what changed."""
         if self.door is not None:
-            return await self.door.heal(self)
-        return await heal_unguarded(self)
+            return await self.door.heal(self, requires)
+        return await heal_unguarded(self, requires)
 
 
-async def heal_unguarded(ctx: LabContext) -> list[str]:
+async def heal_unguarded(ctx: LabContext, requires: frozenset[Requirement] | None) -> list[str]:
     """A context without a guard (unguarded session, bare context) re-pins as the guard would:
     the same knobs, the same `[policy] heal`, the same pin()."""
     heal = set(ctx.profile.policy.heal)
     changes: list[str] = []
     for knob in knobs.pinned(ctx.device, ctx.profile):
+        if requires is not None and knob.requirement not in requires:
+            continue
         state = await knob.state()
         if state.ok:
             continue

@@ -30,7 +30,7 @@ from labwarden.core.kernelsplit import KernelSplit, KernelSummary
 from labwarden.core.measurements import MAX_REPS, ProfileRecord, Window
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
-from labwarden.lab import perfcount
+from labwarden.lab import features, perfcount
 from labwarden.lab.conditions import snapshot
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel, kstat, procs, sampler, uprobes
@@ -102,8 +102,8 @@ async def measure(ctx: LabContext, inp: ProfileInput) -> ProfileRecord:
     """The windows themselves."""
     prof, dev = ctx.profile, ctx.device
     kind = "idle" if inp.idle else "loaded"
-    if inp.hold:
-        await ctx.call("associate", {"stations": inp.stations})
+    if inp.hold and features.missing(prof, "clients") is None:  # a lab without clients
+        await ctx.call("associate", {"stations": inp.stations})   # measures its own workload
     # The settle is time since the clients associated (their first syncs stay out of the
     # windows); the set-up below (kernel symbols, uprobes) runs inside it, not after it.
     settle = prof.load.settle_s if inp.settle_s is None else inp.settle_s

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, field_validator
 from labwarden.core.measurements import ProfileRecord, SweepPoint, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab import features
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
 from labwarden.tools import parity
@@ -78,11 +79,12 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
     load = load_drivers.for_profile(ctx.profile, ctx.device)
     stops = load.stops_traffic
     densities = inp.densities or load_drivers.points(ctx.profile)
+    holds = features.missing(ctx.profile, "clients") is None  # else: its own workload, no hold
     try:
         for i, n in enumerate(densities):
             await ctx.report(i, len(densities), f"{load_drivers.label(load, n)} "
                              f"({i + 1}/{len(densities)})")
-            assoc = await ctx.call("associate", {"stations": n})
+            per_radio = (await ctx.call("associate", {"stations": n})).per_radio if holds else []
             densest = i == len(densities) - 1
             if densest:  # the declared functional check, with the most clients held
                 check = await parity.check_output(ctx)
@@ -100,12 +102,13 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
                 stations=n, profile_id=rec.id, cpu_mean=summary.cpu_pct.mean,
                 cpu_stdev=summary.cpu_pct.stdev, cpu_per_rep=summary.cpu_pct.per_rep,
                 idle_cpu_mean=idle_cpu,
-                counters=summary.counters, rss_kb=summary.rss_kb, per_radio=assoc.per_radio,
+                counters=summary.counters, rss_kb=summary.rss_kb, per_radio=per_radio,
                 clients_held=all(w.datamodel_start in (None, n) and w.datamodel_end in (None, n)
                                  for w in rec.windows)))
     finally:  # shielded: a cancelled sweep (anyio cancels every await in its scope) must still
         # leave the DUT with no clients
-        await ctx.shielded(ctx.call("associate", {"stations": 0}))
+        if holds:
+            await ctx.shielded(ctx.call("associate", {"stations": 0}))
     cleanup = await datamodel.total(ctx.device, ctx.profile)
     record = SweepRecord(id=sid, label=inp.label, started_at=started, window_s=inp.window_s, reps=inp.reps,
                          build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,

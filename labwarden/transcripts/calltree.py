@@ -5,8 +5,9 @@ The invariant audit checks, for every event with a `parent_id`:
 - the parent is a ToolCalled of the same session, allowed by the guard (a refused call ran
   nothing, so nothing can run under it);
 - the parent is logged after it (a call's event is written when it ends, its children's before);
-- it happened inside the parent's time span: a child call starts no earlier than its parent and
-  ends no later (a guard decision's time lies in the span), within SLACK_S of clock rounding.
+- it happened inside the parent's time span -- from the parent's `started_at` to its event's
+  `ts` (made as it ended): a child call starts no earlier and ends no later, a guard decision's
+  time lies in it, within SLACK_S of clock rounding.
 """
 
 from __future__ import annotations
@@ -84,8 +85,10 @@ def problems(events: Sequence[StoredEvent]) -> list[tuple[int, str]]:
         if found.seq <= s.seq:
             out.append((s.seq, f"{what}: its parent {parent.call.tool} ({pid}) is logged before "
                                f"it (seq {found.seq}); a parent ends after its children"))
+        # the parent's span: from its start (before the guard ran) to when its event was made
+        # (it ended); duration_s alone leaves out the guard's time (a lease, a heal)
         p_start = parent.call.started_at
-        p_end = p_start + timedelta(seconds=parent.call.duration_s)
+        p_end = max(parent.ts, p_start + timedelta(seconds=parent.call.duration_s))
         if isinstance(ev, ToolCalled):
             start, end = ev.call.started_at, ev.call.started_at + timedelta(seconds=ev.call.duration_s)
         else:
