@@ -143,11 +143,12 @@ def loop(lab: Path, turns: list[Turn], goal: str, out: Path) -> tuple[list[ToolC
 @pytest.mark.anyio
 async def test_an_experiment_stops_cleanly_at_its_third_flash(vlab_root: VlabLayout) -> None:
     """`flashes_per_hour = 2`: the bulk-pull candidate screens as improved (flashing A and B, or
-    only B when A already runs) and its survivor stage needs another flash for each full sweep:
-    the third is refused by the guard like any flash, naming the budget, and the experiment ends
-    "failed" with that reason -- the board good and verified on the last image flashed, the
-    lease released. The heal after each flash (the vlab's reboot drifts) is a guard decision
-    under the experiment's call, and in the report's healed list."""
+    only B when A already runs) and its survivor stage needs another flash for each full sweep
+    (an undecided first look needs one more round instead): the third is refused by the guard
+    like any flash, naming the budget, and the experiment ends "failed" with that reason -- the
+    board good and verified on the last image flashed, the lease released. The heal after each
+    flash (the vlab's reboot drifts) is a guard decision under the experiment's call, and in
+    the report's healed list."""
     prof = LabProfile.from_file(profile(vlab_root, "flash2"))
     prof.policy.budgets.flashes_per_hour = 2
     (prof.data_dir() / "flashes.json").unlink(missing_ok=True)  # this lab's earlier flashes
@@ -160,7 +161,7 @@ async def test_an_experiment_stops_cleanly_at_its_third_flash(vlab_root: VlabLay
         sid, guard = ctx.session_id, ctx.guard
     assert rec.ok and rec.result is not None, rec.error
     out = rec.result
-    assert out["decision"] == "failed" and out["verdict"] == "improved", out
+    assert out["decision"] == "failed", out  # wherever the third flash fell (screening, sweeps)
     assert "flashes: 2 of this DUT in the last hour (limit 2" in out["reason"], out["reason"]
     assert state.board_health == "good" and state.fingerprint_ok()
     assert state.verified_build == state.flashed_build in (out["build_a"], out["build_b"])
@@ -181,9 +182,9 @@ async def test_an_experiment_stops_cleanly_at_its_third_flash(vlab_root: VlabLay
     refusal = next(e for e in events if isinstance(e, GuardDecision) and e.decision == "refuse")
     assert refusal.tool == "flash" and refusal.parent_id == exp.call.id
     heals = [e for e in events if isinstance(e, GuardDecision) and e.decision == "heal"]
-    assert heals and all(h.parent_id == exp.call.id and h.tool == "experiment" for h in heals[1:])
     after_flash = [h for h in heals if h.parent_id == exp.call.id]
-    assert len(after_flash) == 2, heals  # one after each flash that ran
+    assert len(after_flash) == 2, heals  # one after each flash that ran (the reboot drifts)
+    assert all(h.tool == "experiment" for h in after_flash)
     assert any("schedutil -> performance" in c for c in after_flash[0].changes)
     assert set(after_flash[0].changes) <= set(healed) and after_flash[-1].changes[0] in healed
     assert report.ok and "tree" in report.checks, report.problems
