@@ -78,7 +78,10 @@ def _newest(store: TranscriptStore, client: str) -> str:
 
 
 def _events(store: TranscriptStore, sid: str, kind: type) -> list[Any]:
-    return [e.event for e in store.events(sid) if isinstance(e.event, kind)]
+    """The session's events of `kind`; of tool calls, the agent's own (a sweep's windows are
+    nested calls under it)."""
+    return [e.event for e in store.events(sid) if isinstance(e.event, kind)
+            and not (isinstance(e.event, ToolCalled) and e.event.parent_id is not None)]
 
 
 def _strip_cache(value: Any) -> Any:

@@ -48,3 +48,31 @@ async def test_sweep_after_reboot_heals_and_runs(lab: VlabLayout) -> None:
     call = next(b for b in bodies if b["kind"] == "tool_called" and b["call"]["tool"] == "sweep")
     assert call["conditions"]["fingerprint_verified"] is True
     assert set(call["conditions"]["governors"]) == {"performance"}
+
+
+async def test_associate_heals_the_topology_through_the_guard(lab: VlabLayout) -> None:
+    """associate heals the radios it splits clients over itself (nothing else): through the
+    guard, so the heal is a guard decision under its call -- and in the report's healed list --
+    while the governor and boost drift stays for the measuring tools' guard to heal."""
+    from labwarden.core.events import GuardDecision, ToolCalled
+    from labwarden.report.data import collect
+
+    control.reboot(lab.root)
+    profile = LabProfile.from_file(lab.lab_toml)
+    async with open_lab(profile, client="test") as ctx:
+        rec = await call_tool(ctx, "associate", {"stations": 6})
+        assert rec.ok, rec.error
+        assert (await call_tool(ctx, "associate", {"stations": 0})).ok
+        sid = ctx.session_id
+    state = tuning.read_state(lab)
+    assert not state.vaps_disabled and set(state.governors) == {"schedutil"}  # topology only
+    assert sid is not None
+    with TranscriptStore(lab.data_dir / "transcripts.db") as store:
+        events = [e.event for e in store.events(sid)]
+        healed = collect(store, sid, lab.data_dir, "t").healed
+    call = next(e for e in events if isinstance(e, ToolCalled) and e.call.tool == "associate")
+    heals = [e for e in events if isinstance(e, GuardDecision) and e.decision == "heal"]
+    assert len(heals) == 1 and heals[0].tool == "associate" and heals[0].parent_id == call.call.id
+    assert any("wireless.vap3.disabled 1 -> 0" in c for c in heals[0].changes)
+    assert not any("scaling_governor" in c for c in heals[0].changes)
+    assert set(heals[0].changes) <= set(healed)

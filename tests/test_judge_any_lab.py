@@ -251,7 +251,9 @@ async def test_bisect_names_the_commit_that_made_logfilt_slower(
 
 
 def _calls(lab: Path) -> list[ToolCalled]:
+    """The agent's calls of the loop's session (a tool's nested calls are under them)."""
     with TranscriptStore(LabProfile.from_file(lab).data_dir() / "transcripts.db") as store:
         sid = next(s.id for s in store.sessions() if s.client == "loop")
-        return [e.event for e in store.events(sid) if isinstance(e.event, ToolCalled)]
+        return [e.event for e in store.events(sid)
+                if isinstance(e.event, ToolCalled) and e.event.parent_id is None]
 

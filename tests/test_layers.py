@@ -5,8 +5,13 @@ A failure names the chain of imports that breaks the rule, so the fix is where i
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import grimp
 import pytest
+
+import labwarden.tools
 
 PACKAGE = "labwarden"
 LAYERS: list[grimp.Layer] = [
@@ -83,3 +88,65 @@ def test_core_imports_nothing_of_labwarden(graph: grimp.ImportGraph) -> None:
                       for m in graph.find_modules_directly_imported_by(mod)
                       if m.startswith(PACKAGE + ".") and not m.startswith(core + ".") and m != core})
     assert not outside, f"core must stay the bottom layer; it imports {outside}"
+
+
+TOOLS_DIR = Path(labwarden.tools.__file__).parent
+
+
+def _tool_modules() -> set[str]:
+    """Modules of tools/ that are tools: they define a module-level `SPEC` (the registry's
+    entries). The others -- context, registry, and helpers such as abtest and parity -- are
+    not."""
+    out = set()
+    for path in TOOLS_DIR.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        if any(isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SPEC"
+                                                    for t in node.targets) for node in tree.body):
+            out.add(path.stem)
+    return out
+
+
+def _tools_imported(path: Path) -> list[tuple[int, str]]:
+    """(line, module under labwarden.tools) of every import in the file, function-level included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name.removeprefix("labwarden.tools.")) for a in node.names
+                      if a.name.startswith("labwarden.tools.")]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "labwarden.tools":
+                found += [(node.lineno, a.name) for a in node.names]
+            elif node.module.startswith("labwarden.tools."):
+                found.append((node.lineno, node.module.removeprefix("labwarden.tools.").split(".")[0]))
+    return found
+
+
+def test_no_tool_module_imports_another_tool() -> None:
+    """A tool that needs another tool's effect asks its context (`ctx.call`: guarded, logged
+    under its call); what tools share as functions lives in lab/ or core/. So no module of
+    tools/ imports a tool module, and none but the registry knows the registry (which loads
+    the tools by name): a tool -> registry -> tool circle cannot form."""
+    tools = _tool_modules()
+    assert {"experiment", "flash", "profile", "sweep", "gate_check", "symbolize"} <= tools
+    bad = []
+    for path in sorted(TOOLS_DIR.glob("*.py")):
+        for line, mod in _tools_imported(path):
+            if mod != path.stem and (mod in tools or mod == "registry"):
+                bad.append(f"tools/{path.name}:{line} imports labwarden.tools.{mod}")
+    assert not bad, "tools import each other (use ctx.call, or move the engine to lab/):\n" + \
+        "\n".join(bad)
+
+
+def test_the_experiment_gate_check_registry_circle_is_gone(graph: grimp.ImportGraph) -> None:
+    """The circle experiment -> gate_check -> registry -> experiment (the registry imports a
+    tool by name) is gone: no tool reaches another tool or the registry through any chain of
+    static imports either."""
+    tools = {f"{PACKAGE}.tools.{m}" for m in _tool_modules()}
+    registry = f"{PACKAGE}.tools.registry"
+    chains = []
+    for tool in sorted(tools):
+        for other in sorted((tools - {tool}) | {registry}):
+            chain = graph.find_shortest_chain(importer=tool, imported=other)
+            if chain:
+                chains.append(" -> ".join(chain))
+    assert not chains, "import chains between tools:\n" + "\n".join(chains)

@@ -20,6 +20,11 @@ The same script on a lab without clients (the second firmware) is tests/test_jud
 
 The morning report and summary list all of them with their numbers. Short windows (2 s), two
 densities and the rule's cap keep it at a few minutes on 2 cores.
+
+Every flash, verification, association and measurement inside an experiment is a nested call
+(issue 24): the transcript holds each under the experiment's call, the flash budget counts each
+flash -- the first test runs the kept candidate under `flashes_per_hour = 2` and sees it stopped
+cleanly at its third.
 """
 
 from __future__ import annotations
@@ -37,11 +42,16 @@ import pytest
 from typer.testing import CliRunner
 
 from labwarden.cli.app import app
-from labwarden.core.events import ToolCalled
+from labwarden.core.events import GuardDecision, ToolCalled
 from labwarden.core.experiments import Experiment
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
+from labwarden.report.data import collect
+from labwarden.runtime.runner import call_tool
+from labwarden.runtime.session import open_lab
+from labwarden.transcripts.audit import audit
 from labwarden.transcripts.store import TranscriptStore
+from labwarden.transcripts.timeline import of_session
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
@@ -106,9 +116,18 @@ def experiment() -> ToolUse:
 
 
 def calls(lab: Path) -> list[ToolCalled]:
+    """The agent's calls of the loop's session (the nested ones are under them)."""
+    return [e for e in session_calls(lab) if e.parent_id is None]
+
+
+def session_calls(lab: Path) -> list[ToolCalled]:
     with TranscriptStore(LabProfile.from_file(lab).data_dir() / "transcripts.db") as store:
         sid = next(s.id for s in store.sessions() if s.client == "loop")
         return [e.event for e in store.events(sid) if isinstance(e.event, ToolCalled)]
+
+
+def under(events: list[ToolCalled], parent: ToolCalled) -> list[ToolCalled]:
+    return [e for e in events if e.parent_id == parent.call.id]
 
 
 def loop(lab: Path, turns: list[Turn], goal: str, out: Path) -> tuple[list[ToolCalled], float]:
@@ -119,6 +138,66 @@ def loop(lab: Path, turns: list[Turn], goal: str, out: Path) -> tuple[list[ToolC
     assert res.exit_code == 0, res.output
     assert len(api.requests) == len(turns)
     return calls(lab), time.monotonic() - t0
+
+
+@pytest.mark.anyio
+async def test_an_experiment_stops_cleanly_at_its_third_flash(vlab_root: VlabLayout) -> None:
+    """`flashes_per_hour = 2`: the bulk-pull candidate screens as improved (flashing A and B, or
+    only B when A already runs) and its survivor stage needs another flash for each full sweep
+    (an undecided first look needs one more round instead): the third is refused by the guard
+    like any flash, naming the budget, and the experiment ends "failed" with that reason -- the
+    board good and verified on the last image flashed, the lease released. The heal after each
+    flash (the vlab's reboot drifts) is a guard decision under the experiment's call, and in
+    the report's healed list."""
+    prof = LabProfile.from_file(profile(vlab_root, "flash2"))
+    prof.policy.budgets.flashes_per_hour = 2
+    (prof.data_dir() / "flashes.json").unlink(missing_ok=True)  # this lab's earlier flashes
+    async with open_lab(prof, client="test") as ctx:
+        sub = await call_tool(ctx, "patch_submit", {"name": "bulk-pull",
+                                                    "diff": change("hal.c", *BULK)})
+        assert sub.ok and sub.result is not None, sub.error
+        rec = await call_tool(ctx, "experiment", {"patch": sub.result["patch_id"]})
+        state = ctx.peek_state()
+        sid, guard = ctx.session_id, ctx.guard
+    assert rec.ok and rec.result is not None, rec.error
+    out = rec.result
+    assert out["decision"] == "failed", out  # wherever the third flash fell (screening, sweeps)
+    assert "flashes: 2 of this DUT in the last hour (limit 2" in out["reason"], out["reason"]
+    assert state.board_health == "good" and state.fingerprint_ok()
+    assert state.verified_build == state.flashed_build in (out["build_a"], out["build_b"])
+    assert guard is not None and not guard.lease.held
+    async with open_lab(prof, client="test") as ctx:  # another session may lease the DUT now
+        assert (await call_tool(ctx, "associate", {"stations": 0})).ok
+
+    assert sid is not None
+    with TranscriptStore(prof.data_dir() / "transcripts.db") as store:
+        events = [e.event for e in store.events(sid)]
+        report = audit(store, sid)
+        healed = collect(store, sid, prof.data_dir(), "t").healed
+    exp = next(e for e in events if isinstance(e, ToolCalled) and e.call.tool == "experiment")
+    kids = [e for e in events if isinstance(e, ToolCalled) and e.parent_id == exp.call.id]
+    flashes = [e for e in kids if e.call.tool == "flash"]
+    assert len(flashes) == 3 and [f.call.ok for f in flashes] == [True, True, False]
+    assert flashes[-1].call.error is not None and flashes[-1].call.error.code == "budget_exceeded"
+    refusal = next(e for e in events if isinstance(e, GuardDecision) and e.decision == "refuse")
+    assert refusal.tool == "flash" and refusal.parent_id == exp.call.id
+    heals = [e for e in events if isinstance(e, GuardDecision) and e.decision == "heal"]
+    after_flash = [h for h in heals if h.parent_id == exp.call.id]
+    assert len(after_flash) == 2, heals  # one after each flash that ran (the reboot drifts)
+    assert all(h.tool == "experiment" for h in after_flash)
+    assert any("schedutil -> performance" in c for c in after_flash[0].changes)
+    assert set(after_flash[0].changes) <= set(healed) and after_flash[-1].changes[0] in healed
+    assert report.ok and "tree" in report.checks, report.problems
+    with TranscriptStore(prof.data_dir() / "transcripts.db") as store:
+        rows = [(r.what, r.depth) for r in of_session(store, sid).rows if r.kind == "tool_called"]
+    at = rows.index(("experiment", 0))  # replay: the experiment, then its calls indented
+    assert rows[at + 1:at + 3] == [("flash", 1), ("fingerprint_verify", 1)], rows
+    shown = runner.invoke(app, ["transcripts", "replay", sid, "--db",
+                                str(prof.data_dir() / "transcripts.db")], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and "└ flash" in shown.output, shown.output
+    audited = runner.invoke(app, ["transcripts", "audit", sid, "--db",
+                                  str(prof.data_dir() / "transcripts.db")])
+    assert audited.exit_code == 0, audited.output
 
 
 def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayout,
@@ -172,6 +251,31 @@ def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayou
     assert bulk and bulk["decision"] == "kept", bulk
     assert bulk["verdict"] == "improved" and bulk["gates_failed"] == [] and bulk["delta_pct"] < -10
     assert bulk["sweep_a"] and bulk["sweep_b"]
+
+    # the kept candidate's experiment as its tree of calls: each flash verified, each A/B
+    # segment held (associate) and measured (profile), the survivor's sweeps with their own
+    # windows, compare, gates and the flame graph -- and audit checks the tree
+    every = session_calls(lab)
+    exp_call = events[3]
+    kids = under(every, exp_call)
+    tools = [k.call.tool for k in kids]
+    assert {"flash", "fingerprint_verify", "associate", "profile", "sweep", "compare",
+            "gate_check", "symbolize"} <= set(tools), tools
+    assert all(k.call.ok for k in kids), [k.call.error for k in kids if not k.call.ok]
+    assert tools.count("flash") == tools.count("fingerprint_verify") >= 1
+    bulk_exp = RecordStore(LabProfile.from_file(lab).data_dir()).load("exp", bulk["experiment_id"],
+                                                                      Experiment)
+    assert bulk_exp.screening is not None
+    screened = bulk_exp.screening.final.n_a + bulk_exp.screening.final.n_b
+    assert sum(k.call.args["reps"] for k in kids if k.call.tool == "profile") == screened
+    assert all(k.measured and k.conditions is not None for k in kids if k.call.tool == "profile")
+    for sweep_call in (k for k in kids if k.call.tool == "sweep"):
+        windows = [g.call.tool for g in under(every, sweep_call)]
+        assert windows.count("profile") == 2 and "associate" in windows  # 30 and 60 clients
+    with TranscriptStore(LabProfile.from_file(lab).data_dir() / "transcripts.db") as store:
+        sid = next(s.id for s in store.sessions() if s.client == "loop")
+        checked = audit(store, sid)
+    assert checked.ok and "tree" in checked.checks, checked.problems
 
     protected = events[4].call.error
     assert protected and protected.code == "protected_path" and "stamon.c" in protected.message

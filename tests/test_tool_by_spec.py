@@ -16,6 +16,8 @@ from pydantic import BaseModel, Field
 from typer.testing import CliRunner
 
 from labwarden.cli.app import app
+from labwarden.core.errors import LabError
+from labwarden.core.events import GuardDecision, ToolCalled
 from labwarden.core.spec import ToolInput, ToolSpec
 from labwarden.lab.config import LabProfile
 from labwarden.lab.dut import procs
@@ -124,3 +126,100 @@ def test_cli_door_runs_it_from_the_spec(lab: VlabLayout, registered: ToolSpec, t
         res = runner.invoke(app, ["call", NAME, '{"target": "stamon"}', "--lab", str(lab.lab_toml)])
     assert res.exit_code == 0, res.output
     assert re.search(r'"pid":\s*\d+', res.stdout)
+
+
+CHILD, PARENT = "throwaway_child", "throwaway_parent"
+
+
+class ChildOutput(BaseModel):
+    lease_taken: int = Field(description="lease acquisitions so far in the session")
+
+
+class ParentOutput(BaseModel):
+    first: int
+    second: str
+    healed: list[str]
+
+
+async def run_child(ctx: LabContext, inp: ToolInput) -> ChildOutput:
+    return ChildOutput(lease_taken=ctx.facts.get("lease_taken", 0))
+
+
+async def run_parent(ctx: LabContext, inp: ToolInput) -> ParentOutput:
+    first = await ctx.call(CHILD, {})
+    try:
+        await ctx.call(CHILD, {})
+        second = "ran"
+    except LabError as exc:  # the flash budget refuses the nested call as it would any call
+        second = f"{exc.code}: {exc.problem}"
+    return ParentOutput(first=first.lease_taken, second=second, healed=await ctx.heal())
+
+
+CHILD_SPEC = ToolSpec(name=CHILD, description="a nested flash-like step (a throwaway test tool)",
+                      input=ToolInput, output=ChildOutput, run=run_child, effect="read_only",
+                      requires=frozenset({"lease"}), counts_as_flash=True)
+PARENT_SPEC = ToolSpec(name=PARENT, description="asks for two children (a throwaway test tool)",
+                       input=ToolInput, output=ParentOutput, run=run_parent, effect="read_only",
+                       requires=frozenset({"lease", "env_pinned"}))
+
+
+async def test_a_nested_call_passes_the_same_door_under_its_parent(lab: VlabLayout) -> None:
+    """`ctx.call` runs a tool as a nested call: its flash slot is taken (the second is refused,
+    naming the budget), the parent's lease is reused (no second take), it takes no slot of the
+    session's tool_calls, and its events carry the parent's call id -- a tree replay shows and
+    audit checks."""
+    from labwarden.transcripts import timeline
+    from labwarden.transcripts.audit import audit
+    from labwarden.transcripts.otlp import spans
+
+    (lab.data_dir / "flashes.json").unlink(missing_ok=True)
+    prof = _profile(lab, flashes_per_hour=1)
+    prof.policy.budgets.tool_calls = 2
+    registry.register(CHILD_SPEC)
+    registry.register(PARENT_SPEC)
+    try:
+        async with open_lab(prof) as ctx:
+            assert ctx.guard is not None
+            acquire = ctx.guard.lease.acquire
+
+            async def counted() -> object:
+                ctx.facts["lease_taken"] = ctx.facts.get("lease_taken", 0) + 1
+                return await acquire()
+
+            ctx.guard.lease.acquire = counted  # type: ignore[method-assign]
+            rec = await call_tool(ctx, PARENT, {})
+            assert rec.ok and rec.result is not None, rec.error
+            assert rec.result["first"] == 1  # the parent's take; the child took none
+            assert rec.result["second"].startswith(f"budget_exceeded: {CHILD}: flashes: 1 of this DUT")
+            assert rec.result["healed"] == []  # nothing drifted
+            assert (await call_tool(ctx, "lab_status", {})).ok  # 2nd of 2: children took none
+            over = await call_tool(ctx, "lab_status", {})
+            assert over.error is not None and over.error.code == "budget_exceeded"
+            sid = ctx.session_id
+        assert sid is not None
+        with TranscriptStore(prof.data_dir() / "transcripts.db") as store:
+            events = store.events(sid)
+            report = audit(store, sid)
+            tl = timeline.of_session(store, sid)
+    finally:
+        registry.unregister(CHILD)
+        registry.unregister(PARENT)
+    calls = [(s.seq, s.event) for s in events if isinstance(s.event, ToolCalled)]
+    parent = next((seq, e) for seq, e in calls if e.call.tool == PARENT)
+    kids = [(seq, e) for seq, e in calls if e.parent_id == parent[1].call.id]
+    assert [(e.call.tool, e.call.ok) for _, e in kids] == [(CHILD, True), (CHILD, False)]
+    assert all(seq < parent[0] for seq, _ in kids)  # a parent is logged when it ends
+    refusal = next(s.event for s in events if isinstance(s.event, GuardDecision)
+                   and s.event.decision == "refuse" and s.event.tool == CHILD)
+    assert refusal.parent_id == parent[1].call.id and refusal.code == "budget_exceeded"
+    assert report.ok and "tree" in report.checks, report.problems
+    rows = [(r.what, r.depth) for r in tl.rows if r.kind in ("tool_called", "guard_decision")]
+    at = rows.index((PARENT, 0))
+    assert rows[at + 1:at + 4] == [(CHILD, 1), (CHILD, 1), (CHILD, 1)]  # two calls, one refusal
+    assert tl.totals.nested_calls == 2
+    traced = {sp.name: sp for sp in spans(sid, events).resource_spans[0].scope_spans[0].spans
+              if sp.name.endswith(PARENT)}
+    kid_spans = [sp for sp in spans(sid, events).resource_spans[0].scope_spans[0].spans
+                 if sp.name == f"execute_tool {CHILD}"]
+    assert len(kid_spans) == 2  # OTLP: the children are spans under their parent's span
+    assert {sp.parent_span_id for sp in kid_spans} == {traced[f"execute_tool {PARENT}"].span_id}

@@ -250,3 +250,42 @@ def test_durable_commits_fsync_and_the_others_do_not(tmp_path: Path) -> None:
             assert store.db.execute("PRAGMA synchronous").fetchone()[0] == level
             assert other.execute("SELECT count(*) FROM events").fetchone()[0] == len(store.rows(sid))
         other.close()
+
+
+def test_audit_checks_the_tree_of_nested_calls(tmp_path: Path) -> None:
+    """A nested call's parent_id must name an allowed call of the session, logged after it, whose
+    span holds it: a well-formed tree passes; a child naming no call, a child logged after its
+    parent, and a child outside its parent's span are each named at their seq. A version-3
+    body (no parent_id) reads as a top-level call."""
+    from datetime import UTC, datetime, timedelta
+
+    t0 = datetime(2026, 11, 26, 6, 0, tzinfo=UTC)
+
+    def call(tool: str, cid: str, start_s: float, dur_s: float, parent: str | None) -> ToolCalled:
+        rec = ToolCallRecord(id=cid, tool=tool, args={}, ok=True, result={},
+                             started_at=t0 + timedelta(seconds=start_s), duration_s=dur_s)
+        ev = ToolCalled.of(rec, guard="allow", parent_id=parent)
+        ev.ts = rec.started_at + timedelta(seconds=dur_s)
+        return ev
+
+    db = tmp_path / "t.db"
+    with TranscriptStore(db) as store:
+        good = store.start_session("cli")
+        heal = GuardDecision(tool="experiment", decision="heal", changes=["boost 1 -> 0"],
+                             parent_id="p1", ts=t0 + timedelta(seconds=3))
+        store.write(good, [call("flash", "c1", 1, 2, "p1"), heal, call("experiment", "p1", 0, 10, None)])
+        store.end_session(good)
+        bad = store.start_session("cli")
+        store.write(bad, [call("flash", "c2", 1, 2, "nobody"), call("experiment", "p2", 0, 10, None),
+                          call("fingerprint_verify", "c3", 3, 1, "p2"),
+                          call("profile", "c4", 8, 5, "p3"), call("experiment", "p3", 0, 10, None)])
+        store.end_session(bad)
+    assert _audit(db, good).ok
+    report = _audit(db, bad)
+    tree = [(p.seq, p.message) for p in report.findings if p.check == "tree"]
+    assert [seq for seq, _ in tree] == [2, 4, 5], tree
+    assert "parent call nobody is not in the session" in tree[0][1]
+    assert "logged before it" in tree[1][1] and "outside its parent experiment" in tree[2][1]
+    legacy = ToolCalled.model_validate_json(call("flash", "c9", 0, 1, None).model_dump_json(
+        exclude={"parent_id"}))
+    assert legacy.parent_id is None

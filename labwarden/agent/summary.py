@@ -60,7 +60,7 @@ def _results(store: TranscriptStore, sessions: list[str]) -> list[tuple[str, dic
     for sid in reversed(sessions):  # oldest first
         for stored in store.events(sid):
             ev = stored.event
-            if isinstance(ev, ToolCalled):
+            if isinstance(ev, ToolCalled) and ev.parent_id is None:  # nested: its parent's
                 out.append((ev.call.tool, ev.call.args, (ev.call.result or {}) if ev.call.ok else {}))
     return out
 

@@ -1,4 +1,5 @@
-"""Replay a session in the terminal: a rich timeline of every call, decision, artifact and cost."""
+"""Replay a session in the terminal: a rich timeline of every call, decision, artifact and cost;
+a tool's nested calls indented under it."""
 
 from __future__ import annotations
 
@@ -28,13 +29,15 @@ def render(tl: Timeline) -> RenderableType:
         detail = Text(r.detail)
         for a in r.artifacts:
             detail.append(f"\n  artifact: {a}", style="cyan")
-        table.add_row(str(r.seq), f"{r.offset_s:.1f}", Text(r.kind), Text(r.what), _status(r.status),
+        what = Text(("  " * (r.depth - 1) + "└ ") if r.depth else "") + Text(r.what)
+        table.add_row(str(r.seq), f"{r.offset_s:.1f}", Text(r.kind), what, _status(r.status),
                       "" if r.duration_s is None else f"{r.duration_s:.2f}", Text(r.tokens),
                       "" if r.cost_usd is None else f"{r.cost_usd:.4f}", detail)
     t = tl.totals
     totals = Table("total", "value", title="totals", show_header=False)
     totals.add_row("events", str(t.events))
-    totals.add_row("tool calls", f"{t.tool_calls} ({t.tool_errors} failed), {t.tool_seconds:.1f} s")
+    totals.add_row("tool calls", f"{t.tool_calls} ({t.nested_calls} nested, {t.tool_errors} failed), "
+                   f"{t.tool_seconds:.1f} s")
     totals.add_row("tool results read (est.)", f"~{t.result_tokens_est} tokens")
     totals.add_row("guard decisions", Text(", ".join(f"{k} {v}" for k, v in sorted(t.guard.items())) or "-"))
     totals.add_row("model calls", str(t.model_calls))

@@ -83,7 +83,8 @@ def audit_cmd(session: IdArg, db: DbOpt = DEFAULT_DB,
               checkpoint: Annotated[Path | None, typer.Option(
                   "--checkpoint", help="checkpoint file from `transcripts checkpoint` (detects truncation)",
                   exists=True, dir_okay=False)] = None) -> None:
-    """Verify the hash chain, a checkpoint, file integrity, costs and measurement conditions.
+    """Verify the hash chain, a checkpoint, file integrity, costs, measurement conditions and the
+    tree of nested calls (each under its parent, inside its time span).
 
     Exit code 0 when everything holds, 1 when something does (the first bad event is named)."""
     with _open(db) as store:

@@ -26,7 +26,10 @@ from labwarden.core.usage import Usage
 # 2 (2026-11): new kinds resource_read and request_refused (every request is logged at the
 # door; a reader of version 1 cannot parse them); SessionStarted.principal and .mcp_session_id.
 # 3 (2026-11): new kind request_served (listings and prompts are logged at the door too).
-SCHEMA_VERSION = 3
+# 4 (2026-11): ToolCalled.parent_id and GuardDecision.parent_id -- a tool's nested calls (an
+# experiment's flashes, verifications, windows) are calls of their own, logged as a tree; a
+# version-3 body reads as a top-level call (parent_id None).
+SCHEMA_VERSION = 4
 
 RefusalCode = Literal[
     "invalid_input",          # the arguments do not match the tool's schema
@@ -117,11 +120,15 @@ class ToolCalled(EventBase):
     measured: bool = False
     """The tool's result is a measurement (its spec's `measures`): audit requires verified,
     pinned conditions on it."""
+    parent_id: str | None = None
+    """The `call.id` of the call this one ran inside (a tool asked `ctx.call` for it); None for
+    a call a client made. The parent's own event comes later: it is logged when it ends."""
 
     @classmethod
     def of(cls, call: ToolCallRecord, *, result_json: str | None = None,
            conditions: MeasurementConditions | dict[str, Any] | None = None,
-           guard: Literal["allow"] | None = None, measured: bool = False) -> ToolCalled:
+           guard: Literal["allow"] | None = None, measured: bool = False,
+           parent_id: str | None = None) -> ToolCalled:
         """Wrap a record; `result_json` is what the client received (default: result or error)."""
         if result_json is None:
             payload = call.result if call.ok else (call.error.model_dump() if call.error else None)
@@ -130,7 +137,7 @@ class ToolCalled(EventBase):
         if isinstance(conditions, dict):
             conditions = MeasurementConditions.model_validate(conditions)
         return cls(call=call, result_chars=chars, result_tokens_est=math.ceil(chars / 4),
-                   conditions=conditions, guard=guard, measured=measured)
+                   conditions=conditions, guard=guard, measured=measured, parent_id=parent_id)
 
 
 class GuardDecision(EventBase):
@@ -150,6 +157,9 @@ class GuardDecision(EventBase):
     """What to do about a refusal."""
     changes: list[str] = Field(default_factory=list)
     """What a heal changed, one line each."""
+    parent_id: str | None = None
+    """The `call.id` of the running call whose nested call (or mid-call heal) this decision is
+    about; None at the top level."""
 
 
 class ModelCall(EventBase):

@@ -14,6 +14,10 @@ from pydantic import BaseModel, Field
 from labwarden.core.conditions import Conditions
 from labwarden.core.kernelsplit import KernelSplit
 
+MAX_REPS = 10
+"""Windows one profile call measures at most (its input's bound; an A/B's longer segment is
+several calls)."""
+
 
 class Window(BaseModel):
     rep: int

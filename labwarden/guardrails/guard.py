@@ -16,7 +16,7 @@ from typing import Any
 
 from labwarden.core.devtext import quote
 from labwarden.core.events import GuardDecision
-from labwarden.core.spec import ToolSpec
+from labwarden.core.spec import Requirement, ToolSpec
 from labwarden.guardrails import argsafety, flashrate, paths, suspects
 from labwarden.guardrails import budget as budgets
 from labwarden.guardrails.budget import BudgetState
@@ -48,9 +48,19 @@ class Guard:
                                            prof.policy.budgets.flashes_per_hour)
         self.session = holder.rsplit("/", 1)[-1]
 
-    def admit(self, tool: str) -> None:
+    def admit(self, tool: str, *, nested: bool = False) -> None:
         """Take one call's slot of the session's budget at the door, before anything else --
-        unknown tools and malformed arguments count too. Raises Refused when it is spent."""
+        unknown tools and malformed arguments count too. Raises Refused when it is spent.
+
+        A nested call (a tool's own `ctx.call`) is not admitted again: its parent was. It takes
+        no slot of `tool_calls` -- that budget bounds the client's decisions, and an
+        experiment's dozens of flashes and windows would otherwise make it impossible under a
+        budget sized for an agent; the parent's wall-time deadline bounds the whole tree (a
+        clean-up a cancelled parent runs must not be refused for the time that ran out), and
+        tokens and dollars are spent by the model, never by a nested call. Each nested flash
+        still takes its own slot of `flashes_per_hour` in `check`."""
+        if nested:
+            return
         over = self.budget.admit()
         if over:
             raise refuse(tool, "budget_exceeded", over, budgets.REMEDY)
@@ -92,33 +102,50 @@ class Guard:
                              "fingerprint_verify it")
 
     # -- knobs ---------------------------------------------------------------------------------
-    async def _plan_heals(self, spec: ToolSpec) -> list[knobs.Knob]:
+    async def _plan_heals(self, tool: str, requires: frozenset[Requirement]) -> list[knobs.Knob]:
         """Read and judge every knob the tool's requirements depend on; refuse what policy may not
         heal. Nothing on the DUT changes here: heals run only after the lease is held."""
-        if not spec.requires:  # no knob serves no requirement: nothing to bind or read
+        if not requires:  # no knob serves no requirement: nothing to bind or read
             return []
         heal = set(self.ctx.profile.policy.heal)
         plan: list[knobs.Knob] = []
         for knob in knobs.pinned(self.ctx.device, self.ctx.profile):
-            if knob.requirement not in spec.requires:
+            if knob.requirement not in requires:
                 continue
             state = await knob.state()  # a knob the DUT lacks is not applicable: ok, no heal
             if state.ok:
                 continue
             if knob.name not in heal:
-                raise refuse(spec.name, knob.refusal, knob.refusal_reason(state), knob.remedy)
+                raise refuse(tool, knob.refusal, knob.refusal_reason(state), knob.remedy)
             plan.append(knob)
         return plan
 
-    async def _heal(self, spec: ToolSpec, plan: list[knobs.Knob]) -> list[str]:
+    async def _heal(self, tool: str, plan: list[knobs.Knob]) -> list[str]:
         changes: list[str] = []
         for knob in plan:
             changes += await knob.pin()
             again = await knob.state()
             if not again.ok:
-                raise refuse(spec.name, knob.refusal, f"{knob.name} still {quote(again.value)} after healing",
+                raise refuse(tool, knob.refusal, f"{knob.name} still {quote(again.value)} after healing",
                              "check the paths and [topology] in the lab profile")
         return changes
+
+    async def heal_drift(self, tool: str, requires: frozenset[Requirement],
+                         why: str) -> GuardDecision | None:
+        """Heal, under a call that is running (`tool`, holding the lease), what its requirements
+        need and something it did drifted -- a nested flash rebooted the DUT. The same plan,
+        policy and pin() as before a call; None when nothing drifted. Raises Refused."""
+        plan = await self._plan_heals(tool, requires)
+        if not plan:
+            return None
+        if not self.lease.held:
+            other = await self.lease.acquire()
+            if other is not None:
+                raise refuse(tool, "lease_held", f"the DUT is leased to {other.describe()}",
+                             "wait for it to expire or ask the holder to end their session")
+        changes = await self._heal(tool, plan)
+        return GuardDecision(tool=tool, decision="heal", changes=changes,
+                             reason=f"healed {why}: {', '.join(k.name for k in plan)}")
 
     async def _conditions(self, state: BoardState) -> dict[str, Any]:
         """What a measuring call runs under (stored on its transcript event)."""
@@ -135,11 +162,13 @@ class Guard:
 
     # -- the check -------------------------------------------------------------------------
     async def check(self, spec: ToolSpec, args: dict[str, Any],
-                    state: BoardState | None = None) -> Admission:
+                    state: BoardState | None = None, *, nested: bool = False) -> Admission:
         """The admission of a call (its heals in order, its conditions, its flash slot);
         returning at all means allow (the runner records that on the call's own event). Raises
         Refused (with its decision) to stop the call. `state`: the board state as the caller
-        just read it (read here otherwise). The call's budget slot was taken by admit()."""
+        just read it (read here otherwise). The call's budget slot was taken by admit().
+        `nested`: a call inside a running one, which already holds the lease: it is not taken
+        again (a nested call uses its parent's; taken only if the parent did not need it)."""
         self._inputs(spec, args)
         state = state or self.ctx.board.peek()
         self._health(spec, args, state)
@@ -148,8 +177,8 @@ class Guard:
             raise refuse(spec.name, "fingerprint_unverified",
                          f"{build} was flashed but not verified since",
                          f"fingerprint_verify {{\"build_id\": \"{build}\"}} first")
-        plan = await self._plan_heals(spec)
-        if "lease" in spec.requires or plan:
+        plan = await self._plan_heals(spec.name, spec.requires)
+        if ("lease" in spec.requires or plan) and not (nested and self.lease.held):
             other = await self.lease.acquire()
             if other is not None:
                 raise refuse(spec.name, "lease_held", f"the DUT is leased to {other.describe()}",
@@ -161,7 +190,7 @@ class Guard:
                 raise refuse(spec.name, "budget_exceeded", why, flashrate.REMEDY)
         try:
             if plan:
-                changes = await self._heal(spec, plan)
+                changes = await self._heal(spec.name, plan)
                 healed = ", ".join(k.name for k in plan)
                 admission.decisions.append(GuardDecision(
                     tool=spec.name, decision="heal", reason=f"healed before the call: {healed}",

@@ -146,7 +146,8 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
                 refused += 1
             elif e.decision == "heal":
                 healed += e.changes
-        elif e.kind == "tool_called":
+        elif e.kind == "tool_called" and e.parent_id is None:  # a client's call: a nested
+            # one's effect is reported by its parent (an experiment's record holds its sweeps)
             calls += 1
             c = e.call
             result_tokens[c.tool] = result_tokens.get(c.tool, 0) + e.result_tokens_est

@@ -3,6 +3,18 @@
 This is the single path for every door (Python, CLI, MCP, playbooks, the agent): the guard and
 the transcript attach here, so nobody has to remember to check or log. What happens to a call
 follows from its spec alone (core/spec.py).
+
+Nested calls -- a tool asking `ctx.call` for another tool's effect (an experiment's flashes,
+verifications, windows) -- come through here too (`RunnerDoor`), and differ from a client's call
+in three ways only, each because the parent already paid for it:
+- it is not admitted again: no slot of the session's `tool_calls` budget (that bounds the
+  client's decisions; an experiment's dozens of steps would exhaust it), and every nested flash
+  still takes its own `flashes_per_hour` slot (guard.check);
+- the parent's lease: not taken again, not renewed twice (the parent's renewal runs);
+- the parent's wall-time deadline: no second one (the parent's stops the whole tree).
+Everything else is the same: requirements, heals (guard decisions), board health, the
+conditions of a measurement, and a ToolCalled event of its own whose `parent_id` is the
+parent's `call.id` (it is written when the child ends, before its parent's).
 """
 
 from __future__ import annotations
@@ -10,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, get_args
 
@@ -20,16 +34,28 @@ from labwarden.core.devtext import clean, untrusted_fields
 from labwarden.core.digest import bounded_args, bounded_name
 from labwarden.core.errors import LabError
 from labwarden.core.events import GuardDecision, RefusalCode, ToolCalled
-from labwarden.core.spec import ToolSpec
+from labwarden.core.ids import random_hex
+from labwarden.core.spec import Requirement, ToolSpec
 from labwarden.guardrails import budget as budgets
 from labwarden.guardrails.guard import Admission, Guard
 from labwarden.guardrails.refusal import Refused
 from labwarden.lab import features
 from labwarden.runtime import door
 from labwarden.runtime.leasekeeper import lease_renewal
-from labwarden.runtime.session import LabSession
 from labwarden.tools import registry
-from labwarden.tools.context import LabContext, current_messages
+from labwarden.tools.context import LabContext, current_messages, heal_unguarded
+
+
+@dataclass(frozen=True)
+class _Running:
+    """The call whose tool runs in this task: the parent of any call it asks for."""
+
+    ctx: LabContext
+    call_id: str
+    spec: ToolSpec
+
+
+_running: ContextVar[_Running | None] = ContextVar("labwarden_running_call", default=None)
 
 
 def _refusal_code(code: str | None) -> RefusalCode:
@@ -52,12 +78,14 @@ def _invalid(exc: ValidationError) -> ToolFailure:
 
 
 def _call_event(record: ToolCallRecord, conditions: dict[str, Any] | None, *,
-                allowed: bool = False, measured: bool = False) -> ToolCalled:
+                allowed: bool = False, measured: bool = False,
+                parent_id: str | None = None) -> ToolCalled:
     # compact JSON of what the client gets (the MCP server sends exactly this text)
     shown = record.output if record.ok else record.error
     record.result_json = shown.model_dump_json() if shown is not None else "null"
     return ToolCalled.of(record, result_json=record.result_json, conditions=conditions,
-                         guard="allow" if allowed else None, measured=measured and record.ok)
+                         guard="allow" if allowed else None, measured=measured and record.ok,
+                         parent_id=parent_id)
 
 
 CHANGES_DUT = frozenset({"mutates_dut", "destructive"})
@@ -66,16 +94,19 @@ host-only work, refusals) are committed without it: they survive kill -9, and th
 commit puts them on disk too (transcripts/store.py)."""
 
 
-def _refused(ctx: LabContext, record: ToolCallRecord, d: GuardDecision) -> ToolCallRecord:
+def _refused(ctx: LabContext, record: ToolCallRecord, d: GuardDecision,
+             parent_id: str | None = None) -> ToolCallRecord:
     record.error = ToolFailure(kind="refused" if d.code != "invalid_input" else "invalid_input",
                                code=d.code, message=d.reason, remedy=d.remedy)
-    ctx.log(d, _call_event(record, None), durable=False)  # nothing ran
+    d.parent_id = parent_id
+    ctx.log(d, _call_event(record, None, parent_id=parent_id), durable=False)  # nothing ran
     door.logged()
     return record
 
 
 def _guard(ctx: LabContext) -> Guard | None:
-    return ctx.guard if isinstance(ctx, LabSession) else None
+    guard = getattr(ctx, "guard", None)  # a LabSession's; a bare LabContext has none
+    return guard if isinstance(guard, Guard) else None
 
 
 def refuse_at_door(ctx: LabContext, name: str, args: Any, reason: str,
@@ -105,26 +136,33 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
     record says what failed), only for a cancellation."""
     started = datetime.now(UTC)
     guard = _guard(ctx)
+    call_id = random_hex(6)
+    parent = _running.get()
+    parent_id = parent.call_id if parent is not None and parent.ctx is ctx else None
+    nested = parent_id is not None
 
     def unrun(call_args: Any) -> ToolCallRecord:  # a call that stops before the tool
-        return ToolCallRecord(tool=bounded_name(name), args=bounded_args(call_args),
+        return ToolCallRecord(id=call_id, tool=bounded_name(name), args=bounded_args(call_args),
                               started_at=started)
+
+    def refused(record: ToolCallRecord, d: GuardDecision) -> ToolCallRecord:
+        return _refused(ctx, record, d, parent_id)
 
     if guard is not None:  # the call's budget slot, first: refused and malformed calls count
         try:
-            guard.admit(bounded_name(name))
+            guard.admit(bounded_name(name), nested=nested)
         except Refused as exc:
-            return _refused(ctx, unrun(args), exc.decision)
+            return refused(unrun(args), exc.decision)
     spec: ToolSpec | None = registry.TOOLS.get(name)
     if spec is None:
         shown = bounded_name(name)
-        return _refused(ctx, unrun(args), GuardDecision(
+        return refused(unrun(args), GuardDecision(
             tool=shown, decision="refuse", code="tool_unknown",
             reason=f"unknown tool {shown!r}; tools: {', '.join(sorted(registry.TOOLS))}",
             remedy="call one of the listed tools"))
     why = features.not_applicable(spec, ctx.profile) if spec.needs else None
     if why is not None:
-        return _refused(ctx, unrun(args), GuardDecision(
+        return refused(unrun(args), GuardDecision(
             tool=name, decision="refuse", code="not_applicable",
             reason=f"{name} does not apply to this lab: {why}",
             remedy="use the tools this lab lists (`lab_status` says what the lab is); a tool "
@@ -133,7 +171,7 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         inp = spec.input.model_validate(args)
     except ValidationError as exc:
         failure = _invalid(exc)
-        return _refused(ctx, unrun(args), GuardDecision(
+        return refused(unrun(args), GuardDecision(
             tool=name, decision="refuse", code="invalid_input", reason=failure.message,
             remedy=failure.remedy))
     call_args = inp.model_dump(mode="json")  # what the guard judges and the tool runs with
@@ -142,41 +180,47 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
             spec.precheck(ctx, inp)
         except LabError as exc:
             failure = ToolFailure.of(exc)
-            return _refused(ctx, unrun(call_args), GuardDecision(
+            return refused(unrun(call_args), GuardDecision(
                 tool=name, decision="refuse", code=_refusal_code(exc.code),
                 reason=clean(failure.message), remedy=failure.remedy))
     conditions = None
     state = ctx.peek_state()  # one read per call, shared with the guard
     health_before = state.board_health
     admission: Admission | None = None
+    leased_before = guard is not None and guard.lease.held
     if guard is not None:
         try:
-            admission = await guard.check(spec, call_args, state)
+            admission = await guard.check(spec, call_args, state, nested=nested)
         except Refused as exc:
-            return _refused(ctx, unrun(call_args), exc.decision)
+            return refused(unrun(call_args), exc.decision)
         except LabError as exc:  # the guard could not read or lease the DUT: nothing ran
             record = unrun(call_args)
             record.error = ToolFailure.of(exc)
             record.error.message = clean(record.error.message)
-            ctx.log(_call_event(record, None), durable=False)
+            ctx.log(_call_event(record, None, parent_id=parent_id), durable=False)
             door.logged()
             return record
         # A heal changed the DUT: committed (durably) now, before the tool runs. The allow
         # that follows is recorded on the call's own event (ToolCalled.guard): one row, one
         # commit per call.
+        for d in admission.decisions:
+            d.parent_id = parent_id
         if admission.decisions:
             ctx.log(*admission.decisions)
         conditions = admission.conditions
     t0 = time.monotonic()
     messages: list[str] = []
     messages_token = current_messages.set(messages)  # this call's progress, for its record
+    running_token = _running.set(_Running(ctx, call_id, spec))  # the parent of its nested calls
     # the outcome is gathered in locals and the record built once at the end: each assignment
     # to a pydantic field costs as much as a small model, and this runs on every call
     out: Any = None
     result: dict[str, Any] | None = None
     error: ToolFailure | None = None
-    left = guard.budget.time_left() if guard is not None else None
-    renewal = lease_renewal(guard, spec) if guard is not None else contextlib.nullcontext()
+    # a nested call runs inside its parent's deadline and its parent's lease renewal
+    left = guard.budget.time_left() if guard is not None and not nested else None
+    renewal = lease_renewal(guard, spec) if guard is not None and not (nested and leased_before) \
+        else contextlib.nullcontext()
     try:
         async with renewal:
             if left is None:
@@ -203,11 +247,13 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
             error = ToolFailure(kind="cancelled", message=f"{name} was cancelled; its cleanup ran")
         raise
     finally:
+        _running.reset(running_token)
         ok = result is not None and error is None
         if error is not None:  # errors quote device stderr (marked at the source); clean anyway
             error.message = clean(error.message)
             error.lines = [clean(ln, 300) for ln in error.lines[:40]]
-        record = ToolCallRecord(tool=name, args=bounded_args(call_args), started_at=started,
+        record = ToolCallRecord(id=call_id, tool=name, args=bounded_args(call_args),
+                                started_at=started,
                                 duration_s=round(time.monotonic() - t0, 4), ok=ok,
                                 result=result if ok else None, error=error,
                                 progress=messages,
@@ -216,7 +262,7 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         after = guard.after(spec, ok, record.result, health_before, admission) \
             if guard is not None else None
         events: list[Any] = [_call_event(record, conditions, allowed=guard is not None,
-                                         measured=spec.measures)]
+                                         measured=spec.measures, parent_id=parent_id)]
         if after is not None:  # the board turned bad: recorded after the call that did it
             events.append(after)
         # a call that changed the DUT, or turned the board bad, must survive a power cut too
@@ -224,3 +270,41 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
         door.logged()
         current_messages.reset(messages_token)
     return record
+
+
+PINNED: frozenset[Requirement] = frozenset({"env_pinned", "topology_asserted"})
+
+
+class RunnerDoor:
+    """The session's door for nested work (tools/context.py `Door`): `ctx.call` and `ctx.heal`
+    of a running tool go through the runner and its guard."""
+
+    async def call(self, ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCallRecord:
+        return await call_tool(ctx, name, args)
+
+    async def heal(self, ctx: LabContext, requires: frozenset[Requirement] | None) -> list[str]:
+        """Heal what drifted while a call ran, as `requires` (default: the running call's
+        requirements; all pinned knobs outside a call) needs: a guard decision under that call,
+        or its refusal, logged and raised."""
+        guard = _guard(ctx)
+        if guard is None:
+            return await heal_unguarded(ctx, requires)
+        frame = _running.get()
+        mine = frame if frame is not None and frame.ctx is ctx else None
+        tool = mine.spec.name if mine is not None else "heal"
+        if requires is None:
+            requires = mine.spec.requires if mine is not None else PINNED
+        try:
+            decision = await guard.heal_drift(tool, requires, f"while {tool} ran")
+        except Refused as exc:
+            exc.decision.parent_id = mine.call_id if mine is not None else None
+            ctx.log(exc.decision, durable=False)
+            raise
+        if decision is None:
+            return []
+        decision.parent_id = mine.call_id if mine is not None else None
+        ctx.log(decision)  # the DUT changed: durable before the call goes on
+        return decision.changes
+
+
+RUNNER_DOOR = RunnerDoor()

@@ -23,6 +23,7 @@ from labwarden.guardrails.lease import holder_name
 from labwarden.lab.config import LabProfile
 from labwarden.lab.dut.device import Device
 from labwarden.lab.reach import unreachable_remedy
+from labwarden.runtime.runner import RUNNER_DOOR
 from labwarden.tools.context import LabContext, ProgressFn, no_progress
 from labwarden.transcripts.store import TranscriptStore
 
@@ -87,7 +88,7 @@ async def open_session(profile: LabProfile, device: Device, progress: ProgressFn
         data_dir = profile.data_dir()
         data_dir.mkdir(parents=True, exist_ok=True)
         ctx = LabSession(profile=profile, device=device, data_dir=data_dir, progress=progress,
-                         place=device.place)
+                         place=device.place, door=RUNNER_DOOR)
         if guarded:
             ctx.transcript = TranscriptStore(transcript or default_transcript(profile))
             stack.callback(ctx.transcript.close)

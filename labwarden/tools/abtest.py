@@ -1,5 +1,5 @@
 """A/B measurement at one density, shared by `experiment` and `bisect` (a helper, not a tool):
-switch the DUT to a build (flash, verify, re-pin what the flash drifted as the policy allows),
+switch the DUT to a build (flash, verify, heal what the flash drifted as the policy allows),
 hold the workload point (through the load driver: clients, streams, or
 a DUT busy with its own input), measure windows; and the adaptive loop that adds windows until the decision
 rule decides or reaches its cap.
@@ -10,6 +10,10 @@ time hits both arms alike. Without it (a flash that costs a reboot), A is measur
 rule's cap (max_windows), and B adds windows against it: no flash after the first two, and A's
 mean as settled as it can be -- an A of min_windows would leave Welch's interval a few degrees
 of freedom, and a no-op could never be called "same".
+
+Every flash, verification, association and measurement is a nested call (`ctx.call`): guarded
+(each flash takes its slot of `flashes_per_hour`), logged under the calling tool's call; the
+heal after a flash is the guard's (`ctx.heal`), logged as a guard decision.
 """
 
 from __future__ import annotations
@@ -20,15 +24,12 @@ from collections.abc import Awaitable, Callable
 from labwarden.core.decision import DecisionRule, judge, next_windows
 from labwarden.core.errors import LabError, ToolError
 from labwarden.core.experiments import Arm, Screening
-from labwarden.core.measurements import ProfileRecord
-from labwarden.lab import knobs
+from labwarden.core.measurements import MAX_REPS, ProfileRecord
+from labwarden.core.records import RecordStore
+from labwarden.lab import features
 from labwarden.lab.drivers import load as load_drivers
-from labwarden.tools import associate, fingerprint, flash, parity, profile
+from labwarden.tools import parity
 from labwarden.tools.context import LabContext
-
-MAX_REPS: int = next(m.le for m in profile.ProfileInput.model_fields["reps"].metadata
-                     if getattr(m, "le", None) is not None)
-"""Windows one profile call measures at most (a longer segment is several calls)."""
 
 
 class ParityMismatch(LabError):
@@ -37,39 +38,20 @@ class ParityMismatch(LabError):
     kind = "refused"
 
 
-async def repin(ctx: LabContext) -> list[str]:
-    """Re-pin the knobs a flash (a reboot) drifted, as `[policy] heal` allows -- the same knobs and
-    the same pin() the guard heals with; anything else is refused with the knob's remedy."""
-    heal = set(ctx.profile.policy.heal)
-    changes: list[str] = []
-    for knob in knobs.pinned(ctx.device, ctx.profile):
-        state = await knob.state()
-        if state.ok:
-            continue
-        if knob.name not in heal:
-            raise ToolError("refused", f"{knob.name} is {state.value} after the flash and "
-                            "[policy] heal does not allow healing it", knob.remedy)
-        changes += await knob.pin()
-        if not (await knob.state()).ok:
-            raise ToolError("device", f"{knob.name} still not pinned after healing",
-                            "check the paths and [topology] in the lab profile")
-    return changes
-
-
 async def switch_to(ctx: LabContext, build_id: str) -> bool:
-    """Make `build_id` the verified image on the DUT (flash only when it is not); re-pin.
-    Returns whether it flashed."""
+    """Make `build_id` the verified image on the DUT (flash only when it is not), then heal
+    what the flash's reboot drifted. Returns whether it flashed."""
     state = ctx.peek_state()
     flashed = False
     if not (state.fingerprint_ok() and state.verified_build == build_id):
-        await flash.run(ctx, flash.FlashInput(build_id=build_id))
-        out = await fingerprint.run(ctx, fingerprint.FingerprintInput(build_id=build_id))
+        await ctx.call("flash", {"build_id": build_id})
+        out = await ctx.call("fingerprint_verify", {"build_id": build_id})
         if not out.verified:
             raise ToolError("device", f"build {build_id} did not verify after the flash: "
                             + "; ".join(f"{m.check} {m.path}" for m in out.mismatches[:3]),
                             "lab_status; flash a known image and fingerprint_verify it")
         flashed = True
-    changes = await repin(ctx)
+    changes = await ctx.heal()  # a guard decision when something drifted (a flash reboots)
     if changes:
         await ctx.report(0, None, "healed after the flash: " + ", ".join(changes))
     return flashed
@@ -121,8 +103,9 @@ class AB:
             self.screening.flashes += 1
             settle = ctx.profile.decision.settle_s  # a new boot's first seconds are start-up
         load = self._driver()
-        if not await load_drivers.is_held(load, ctx.device, ctx.profile, n):
-            await associate.run(ctx, associate.AssociateInput(stations=n))
+        holds = features.missing(ctx.profile, "clients") is None  # else: its own workload
+        if holds and not await load_drivers.is_held(load, ctx.device, ctx.profile, n):
+            await ctx.call("associate", {"stations": n})
             settle = ctx.profile.decision.settle_s
         if self.with_parity and name not in self.parity:
             self.parity[name] = await parity.check_output(ctx)
@@ -141,10 +124,11 @@ class AB:
 
     async def _measure(self, name: str, arm: Arm, n: int, reps: int, settle: float) -> None:
         ctx = self.ctx
-        rec = await profile.measure(ctx, profile.ProfileInput(
-            stations=n, window_s=self.window_s, reps=reps, perf=False,
-            uprobes=self.load_counter is not None or self.metric != "cpu", settle_s=settle),
-            associate_first=False)
+        out = await ctx.call("profile", {
+            "stations": n, "window_s": self.window_s, "reps": reps, "perf": False,
+            "uprobes": self.load_counter is not None or self.metric != "cpu", "settle_s": settle,
+            "hold": False})  # held above, through the load driver
+        rec = RecordStore(ctx.data_dir).load("prof", out.profile_id, ProfileRecord)
         # the DUT's count where it has one (None: not measured here, nothing to compare)
         bad = [w.rep for w in rec.windows if w.restarted or w.datamodel_end not in (None, n)]
         if bad:

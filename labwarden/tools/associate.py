@@ -17,10 +17,8 @@ import time
 
 from pydantic import BaseModel, Field, model_validator
 
-from labwarden.core.devtext import quote
-from labwarden.core.errors import LabError, ToolError
+from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolInput, ToolSpec, describe
-from labwarden.lab import knobs
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.drivers.load import LoadError
 from labwarden.lab.dut import datamodel
@@ -54,35 +52,14 @@ class AssociateOutput(BaseModel):
                               "holding (a reboot's drift, healed as [policy] heal allows)")
 
 
-async def assert_topology(ctx: LabContext) -> list[str]:
-    """The knobs the topology rests on (enabled VAPs and pinned channels, the process manager),
-    healed with the guard's own pin() as `[policy] heal` allows, else refused -- so stations are
-    never split over a drifted set of radios. Returns the changes made."""
-    heal = set(ctx.profile.policy.heal)
-    changes: list[str] = []
-    for knob in knobs.pinned(ctx.device, ctx.profile):
-        if knob.requirement != "topology_asserted":
-            continue
-        state = await knob.state()  # a knob the DUT lacks is not applicable: ok
-        if state.ok:
-            continue
-        if knob.name not in heal:
-            raise LabError(f"{knob.refusal_reason(state)}; holding clients now would split them "
-                           "unevenly", knob.remedy, kind="refused", code=knob.refusal)
-        changes += await knob.pin()
-        again = await knob.state()
-        if not again.ok:
-            raise ToolError("device", f"{knob.name} still {quote(again.value)} after healing",
-                            "check the paths and [topology] in the lab profile")
-    return changes
-
-
 async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:
     prof = ctx.profile
     load = load_drivers.for_profile(prof, ctx.device)
     n = inp.stations if inp.stations is not None else (inp.per_radio or 0) * load.radios
     t0 = time.monotonic()
-    healed = await assert_topology(ctx) if n else []
+    # the topology the clients are split over, healed by the guard as `[policy] heal` allows
+    # (a guard decision under this call), else refused -- never held over drifted radios
+    healed = await ctx.heal(frozenset({"topology_asserted"})) if n else []
     if healed:
         await ctx.report(0, 2, "healed the topology: " + ", ".join(healed))
     where = load_drivers.label(load, n)

@@ -28,8 +28,8 @@ from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
+from labwarden.lab.host.builds import compiled, recipe
 from labwarden.tools import abtest
-from labwarden.tools.build import compiled, recipe
 from labwarden.tools.context import LabContext
 
 MAX_COMMITS = 256
@@ -93,7 +93,7 @@ def _side(j: Judgement, against: str) -> Literal["good", "bad", "unknown"]:
 
 
 async def _build(ctx: LabContext, commit: str) -> str:
-    manifest, _ = await compiled(recipe(ctx), [], commit)
+    manifest, _ = await compiled(recipe(ctx.profile), [], commit)
     return manifest.build_id
 
 
@@ -172,5 +172,5 @@ async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
 SPEC = ToolSpec(name="bisect", description=describe(__doc__), input=BisectInput,
                 output=BisectOutput, run=run, effect="destructive",
                 requires=frozenset({"lease", "board_healthy", "env_pinned", "topology_asserted"}),
-                budget_class="measure", counts_as_flash=True,
+                budget_class="measure",  # each nested flash takes its own flash slot
                 needs=frozenset({"repo_history"}))

@@ -8,17 +8,13 @@ fails with the failing lines.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.errors import ToolError
-from labwarden.core.paths import contained, is_regular_file, within
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import builder
+from labwarden.lab.host.builds import compiled, recipe
 from labwarden.tools.context import LabContext
 
 
@@ -38,35 +34,8 @@ class BuildOutput(BaseModel):
     log_tail: list[str] = Field(description="last lines of the build log")
 
 
-def recipe(ctx: LabContext) -> builder.BuildRecipe:
-    """The profile's build recipe; submitted patches (the lab's data dir `patches/`, written by
-    patch_submit) are found by id after the profile's own patch directories, so a submitted
-    name can never shadow a shipped patch id."""
-    rec = builder.recipe_of(ctx.profile.build, ctx.profile.dut.paths.rootfs)
-    rec.patches_dirs = ctx.profile.patch_roots()  # the guard's roots, the data dir's last
-    return rec
-
-
-async def compiled(recipe_: builder.BuildRecipe, patches: list[str], ref: str,
-                   progress: Callable[[str], None] = lambda _m: None,
-                   ) -> tuple[builder.BuildManifest, bool]:
-    """builder.build in a worker thread. Cancelled (the session's wall time, a client giving
-    up), it stops the confined build command and waits for its processes to be gone before the
-    cancellation goes on: nothing a patch compiled outlives the call."""
-    stop = threading.Event()
-    work = asyncio.ensure_future(asyncio.to_thread(builder.build, recipe_, patches, ref,
-                                                   progress, stop))
-    try:
-        return await asyncio.shield(work)
-    except asyncio.CancelledError:
-        stop.set()
-        with contextlib.suppress(BaseException):
-            await work
-        raise
-
-
 async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:
-    recipe_ = recipe(ctx)
+    recipe_ = recipe(ctx.profile)
     loop = asyncio.get_running_loop()
     steps: list[str] = []
 
@@ -80,22 +49,6 @@ async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:
     return BuildOutput(build_id=manifest.build_id, git_hash=manifest.git_hash,
                        artifacts=manifest.artifacts, image=manifest.image, symfs=manifest.symfs,
                        cached=cached, log_tail=tail)
-
-
-def load_manifest(ctx: LabContext, build_id: str) -> builder.BuildManifest:
-    """The manifest of an earlier build (resolved inside the builds dir), or a clear error
-    naming what exists."""
-    builds = Path(ctx.profile.build.builds).expanduser()
-    path = within(builds, build_id, "manifest.json", what="build_id") \
-        if build_id.isalnum() and len(build_id) <= 64 else None
-    if path is None or not is_regular_file(path):
-        known = sorted(p.parent.name for p in builds.glob("*/manifest.json"))[:10]
-        raise ToolError("invalid_input", f"build_id: no build {build_id[:64]!r}",
-                        f"run `build` first; known builds: {', '.join(known) or 'none'}")
-    manifest = builder.BuildManifest.model_validate_json(path.read_text())
-    for produced in (manifest.image, manifest.symfs):  # a planted manifest points nowhere else
-        contained(produced, [path.parent], what="build_id")
-    return manifest
 
 
 SPEC = ToolSpec(name="build", description=describe(__doc__),

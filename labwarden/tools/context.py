@@ -4,6 +4,12 @@ what the session learnt about the DUT, and -- when the session is logged -- its 
 Opened once per session by `labwarden.runtime.session.open_lab` (MCP server lifespan, a CLI
 call, a playbook run) and closed there; tools import no singleton (STYLE: typed lifespan, no
 module globals). The guard is not here: tools never see it (runtime/session.py holds it).
+
+A tool that needs another tool's effect asks the context (`await ctx.call("flash", {...})`),
+never that tool's module: the session's door (runtime/runner.py) runs it as a nested call --
+the same guard (requirements, heals, flash budget), the parent's lease, its own transcript
+event carrying the parent's id. `ctx.heal()` asks the same guard to heal what drifted under a
+running call (a reboot by a nested flash), recorded as a guard decision.
 """
 
 from __future__ import annotations
@@ -14,8 +20,14 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from pydantic import BaseModel
+
+from labwarden.core.call import ToolCallRecord
+from labwarden.core.errors import LabError, ToolError
+from labwarden.core.spec import Requirement
+from labwarden.lab import knobs
 from labwarden.lab.boardstate import BoardState, BoardStateFile
 from labwarden.lab.config import LabProfile
 from labwarden.lab.dut.device import Device
@@ -36,6 +48,23 @@ async def no_progress(done: float, total: float | None, message: str) -> None:
     return None
 
 
+class Door(Protocol):
+    """How a session runs the nested work its tools ask for (runtime/runner.py implements it)."""
+
+    async def call(self, ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCallRecord: ...
+
+    async def heal(self, ctx: LabContext, requires: frozenset[Requirement] | None) -> list[str]: ...
+
+
+def failure(record: ToolCallRecord) -> LabError:
+    """A failed nested call as the error its parent raises: kind, code, remedy and lines kept."""
+    err = record.error
+    if err is None:
+        return ToolError("internal", f"{record.tool} returned no result")
+    return LabError(f"{record.tool}: {err.message}", err.remedy or "", kind=err.kind, code=err.code,
+                    lines=err.lines)
+
+
 @dataclass
 class LabContext:
     profile: LabProfile
@@ -52,6 +81,9 @@ class LabContext:
     place: Any = None
     """The session's labgrid PlaceLease (labgrid backend): drivers that act through the place
     (a labgrid flash) use it; None otherwise."""
+    door: Door | None = None
+    """Where `call` and `heal` go: the session's runner (guarded, or not when the session is
+    unguarded; logged when it is). Only a context no session opened has none."""
     board: BoardStateFile = field(init=False, repr=False)
     _cleanups: set[asyncio.Future[Any]] = field(default_factory=set, init=False, repr=False)
 
@@ -109,3 +141,46 @@ class LabContext:
         if self.transcript is not None and self.session_id is not None and events:
             durable = durable or self.profile.policy.transcript_fsync == "every_call"
             self.transcript.write(self.session_id, list(events), durable=durable)
+
+    async def call(self, name: str, args: dict[str, Any] | BaseModel) -> Any:
+        """Run tool `name` as a nested call of the running one and return its output model;
+        raise its failure (a refusal too: kind, code and remedy kept) as a LabError."""
+        if isinstance(args, BaseModel):
+            args = args.model_dump(mode="json", exclude_unset=True)
+        if self.door is None:
+            raise ToolError("internal", f"no door for the nested call {name!r}: this context was "
+                            "not opened by a session", "open the lab with runtime.session.open_lab")
+        record = await self.door.call(self, name, args)
+        if not record.ok:
+            raise failure(record)
+        return record.output
+
+    async def heal(self, requires: frozenset[Requirement] | None = None) -> list[str]:
+        """Heal what drifted under the running call (a nested flash rebooted the DUT) as
+        `[policy] heal` allows -- through the guard, so it is a guard decision like any heal;
+        a drift the policy may not heal raises its refusal. `requires`: the requirements whose
+        knobs to heal (default: the running tool's). Returns what changed."""
+        if self.door is not None:
+            return await self.door.heal(self, requires)
+        return await heal_unguarded(self, requires)
+
+
+async def heal_unguarded(ctx: LabContext, requires: frozenset[Requirement] | None) -> list[str]:
+    """A context without a guard (unguarded session, bare context) re-pins as the guard would:
+    the same knobs, the same `[policy] heal`, the same pin()."""
+    heal = set(ctx.profile.policy.heal)
+    changes: list[str] = []
+    for knob in knobs.pinned(ctx.device, ctx.profile):
+        if requires is not None and knob.requirement not in requires:
+            continue
+        state = await knob.state()
+        if state.ok:
+            continue
+        if knob.name not in heal:
+            raise ToolError("refused", f"{knob.name} is {state.value} and [policy] heal does "
+                            "not allow healing it", knob.remedy)
+        changes += await knob.pin()
+        if not (await knob.state()).ok:
+            raise ToolError("device", f"{knob.name} still not pinned after healing",
+                            "check the paths and [topology] in the lab profile")
+    return changes

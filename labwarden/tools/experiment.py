@@ -7,9 +7,12 @@ decide kept / dropped / refuted / failed by a rule in code, and store the experi
 with its cost.
 
 Destructive: flashes A and B (on a lab whose flash is cheap, alternately). One call per
-candidate, with progress. Kept only when the verdict at the densest point is "improved", no gate
-failed (a gate whose evidence the lab cannot give is not applicable: it does not block) and the
-offered load is the same where it is measured; "refuted" when the rule decided "same".
+candidate, with progress; every flash, verification, association, measurement, sweep, compare,
+gate check and symbolization inside it is a nested call of its own (guarded -- each flash takes
+a slot of `flashes_per_hour` -- and logged under the experiment's call). Kept only when the
+verdict at the densest point is "improved", no gate failed (a gate whose evidence the lab cannot
+give is not applicable: it does not block) and the offered load is the same where it is
+measured; "refuted" when the rule decided "same".
 """
 
 from __future__ import annotations
@@ -28,11 +31,10 @@ from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
-from labwarden.lab.host.patchstore import PatchStore, ProtectedArtifact
-from labwarden.tools import abtest, compare, gate_check, parity, sweep, symbolize
-from labwarden.tools.build import compiled, load_manifest, recipe
+from labwarden.lab.host.builds import compiled, load_manifest, recipe
+from labwarden.lab.host.patchstore import PatchStore, ProtectedArtifact, lab_patches
+from labwarden.tools import abtest, parity
 from labwarden.tools.context import LabContext
-from labwarden.tools.patch_submit import store as patch_store
 from labwarden.transcripts import pricing
 
 
@@ -94,7 +96,7 @@ def _cost(ctx: LabContext, since_tool: str) -> Cost:
 
 
 async def _build(ctx: LabContext, patches: list[str], ref: str) -> str:
-    manifest, _ = await compiled(recipe(ctx), patches, ref)
+    manifest, _ = await compiled(recipe(ctx.profile), patches, ref)
     return manifest.build_id
 
 
@@ -103,8 +105,8 @@ def _same_protected(ctx: LabContext, exp: Experiment) -> None:
     side): a candidate that changes it, by any route, is never measured, let alone kept."""
     names = ctx.profile.build.protected_artifacts
     assert exp.build_a and exp.build_b
-    moved = builder.changed_outputs(load_manifest(ctx, exp.build_a), load_manifest(ctx, exp.build_b),
-                                    names) if names else []
+    moved = builder.changed_outputs(load_manifest(ctx.profile, exp.build_a),
+                                    load_manifest(ctx.profile, exp.build_b), names) if names else []
     if moved:
         raise ProtectedArtifact(moved, f"patch {exp.patch}")
 
@@ -136,11 +138,10 @@ async def _a_sweep(ctx: LabContext, store: RecordStore, build: str, label: str) 
 async def _sweep(ctx: LabContext, build: str, label: str) -> str:
     dec = ctx.profile.decision
     await abtest.switch_to(ctx, build)
-    out = await sweep.run(ctx, sweep.SweepInput(densities=load_drivers.points(ctx.profile),
-                                                reps=dec.sweep_reps,
-                                                window_s=dec.window_s, perf=True, label=label,
-                                                settle_s=dec.settle_s))
-    return out.sweep_id
+    out = await ctx.call("sweep", {"densities": load_drivers.points(ctx.profile),
+                                   "reps": dec.sweep_reps, "window_s": dec.window_s, "perf": True,
+                                   "label": label, "settle_s": dec.settle_s})
+    return str(out.sweep_id)
 
 
 async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels: tuple[str, str]) -> None:
@@ -149,20 +150,21 @@ async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels
     await ctx.report(3, 5, "survivor: full sweeps of A and B")
     exp.sweep_a = await _a_sweep(ctx, store, exp.build_a, labels[0])
     exp.sweep_b = await _sweep(ctx, exp.build_b, labels[1])
-    cmp = await compare.run(ctx, compare.CompareInput(baseline=exp.sweep_a, candidate=exp.sweep_b))
+    cmp = await ctx.call("compare", {"baseline": exp.sweep_a, "candidate": exp.sweep_b})
     exp.deltas = [DensityDelta(stations=d.stations, a_mean=d.baseline_mean, b_mean=d.candidate_mean,
                                delta_pct=d.delta_pct, p_value=d.p_value) for d in cmp.deltas]
     await ctx.report(4, 5, "gates")
-    gates = await gate_check.run(ctx, gate_check.GateInput(sweep_id=exp.sweep_b,
-                                                           baseline_sweep_id=exp.sweep_a))
+    gates = await ctx.call("gate_check", {"sweep_id": exp.sweep_b,
+                                          "baseline_sweep_id": exp.sweep_a})
     screened = {x.name for x in exp.gates}  # the parity gates again, now on the full sweeps
     exp.gates += [GateResult(name=g.name, passed=g.passed, status=g.status,
                              evidence=("full sweep: " if g.name in screened else "") + g.evidence)
                   for g in gates.gates]
     a, b = (store.load("swp", s, SweepRecord) for s in (exp.sweep_a, exp.sweep_b))
     try:
-        sym = await symbolize.run(ctx, symbolize.SymbolizeInput(
-            profile_id=b.points[-1].profile_id, baseline_profile_id=a.points[-1].profile_id, top=8))
+        sym = await ctx.call("symbolize", {"profile_id": b.points[-1].profile_id,
+                                           "baseline_profile_id": a.points[-1].profile_id,
+                                           "top": 8})
         exp.flame = {"profile_id": sym.profile_id, "baseline_profile_id": a.points[-1].profile_id,
                      "key": sym.key, "svg": getattr(sym, "svg", None),
                      "diff_svg": getattr(sym, "diff_svg", None),
@@ -226,7 +228,7 @@ def _precheck(ctx: LabContext, inp: ExperimentInput) -> None:
 
 def _known(ctx: LabContext, patches: list[str]) -> None:
     """Refuse an unknown patch id before anything is recorded (a typo is not an experiment)."""
-    rec = recipe(ctx)
+    rec = recipe(ctx.profile)
     for pid in patches:
         try:
             builder.resolve_patch(pid, rec.patches_dirs)
@@ -239,7 +241,7 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
     t0 = time.monotonic()
     store = RecordStore(ctx.data_dir)
     _known(ctx, [inp.patch, *(inp.base_patches or [])])
-    meta = patch_store(ctx).meta(inp.patch)
+    meta = lab_patches(ctx.data_dir).meta(inp.patch)
     base = inp.base_patches if inp.base_patches is not None else (meta.base_patches if meta else [])
     ref = inp.ref or (meta.ref if meta else "HEAD")
     exp = Experiment(id=store.new_id("exp"), patch=inp.patch, patch_name=meta.name if meta else None,
@@ -303,4 +305,5 @@ def summarize(exp: Experiment) -> ExperimentOutput:
 SPEC = ToolSpec(name="experiment", description=describe(__doc__), input=ExperimentInput,
                 output=ExperimentOutput, run=run, effect="destructive",
                 requires=frozenset({"lease", "board_healthy", "env_pinned", "topology_asserted"}),
-                budget_class="measure", counts_as_flash=True, precheck=_precheck)
+                budget_class="measure", precheck=_precheck)
+"""Not `counts_as_flash`: each of its flashes is a nested flash call, which takes its own slot."""

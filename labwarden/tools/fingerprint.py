@@ -22,7 +22,7 @@ from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.dut import procs
 from labwarden.lab.elfsym import build_id_from_head
 from labwarden.lab.host.builder import BuildManifest
-from labwarden.tools.build import load_manifest
+from labwarden.lab.host.builds import load_manifest
 from labwarden.tools.context import LabContext
 
 _HASH = re.compile(r"\b([0-9a-f]{7,40}|unknown)\b")
@@ -64,7 +64,7 @@ def _revoke(ctx: LabContext) -> None:
 
 
 async def run(ctx: LabContext, inp: FingerprintInput) -> FingerprintOutput:
-    manifest = load_manifest(ctx, inp.build_id)
+    manifest = load_manifest(ctx.profile, inp.build_id)
     try:
         out = await _check(ctx, manifest)
     except BaseException:  # unreadable (DUT gone, a file missing) or cancelled: not verified

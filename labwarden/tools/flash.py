@@ -20,7 +20,7 @@ from labwarden.lab.drivers import flash as flash_drivers
 from labwarden.lab.drivers.flash import FlashFailed
 from labwarden.lab.dut import procs
 from labwarden.lab.dut.errors import DeviceError
-from labwarden.tools.build import load_manifest
+from labwarden.lab.host.builds import load_manifest
 from labwarden.tools.context import LabContext
 
 
@@ -36,7 +36,7 @@ class FlashOutput(BaseModel):
 
 
 async def run(ctx: LabContext, inp: FlashInput) -> FlashOutput:
-    manifest = load_manifest(ctx, inp.build_id)
+    manifest = load_manifest(ctx.profile, inp.build_id)
     prof = ctx.profile
     dev = ctx.device
     t0 = time.monotonic()

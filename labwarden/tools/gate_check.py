@@ -28,9 +28,9 @@ from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
+from labwarden.lab.saturation import SaturateRecord
 from labwarden.tools import parity, saturation_gates
 from labwarden.tools.context import LabContext
-from labwarden.tools.saturate import SaturateRecord
 
 GateName = Literal["cpu_monotonic", "unknown_frames", "assoc_matches_datamodel",
                    "conditions_verified", "rss_bounded", "functional_parity",
@@ -83,13 +83,8 @@ async def _unknown_pct(ctx: LabContext, rec: SweepRecord, store: RecordStore) ->
     densest = store.load("prof", rec.points[-1].profile_id, ProfileRecord)
     if not any(w.perf_data for w in densest.windows):
         return None, f"no perf.data at {densest.stations} clients (sweep ran with perf: false)"
-    from labwarden.tools import registry
-
-    spec = registry.get("symbolize")
-    out = await spec.run(ctx, spec.input.model_validate({"profile_id": densest.id}))
-    # a spec's run returns BaseModel: this is symbolize's output, whose model the registry lookup
-    # keeps out of this module's imports
-    return float(out.unknown_pct), f"{out.unknown_pct:.3f}% unknown frames at {densest.stations} clients"  # type: ignore[attr-defined]
+    out = await ctx.call("symbolize", {"profile_id": densest.id})  # a nested call, logged
+    return float(out.unknown_pct), f"{out.unknown_pct:.3f}% unknown frames at {densest.stations} clients"
 
 
 def gate_output(rid: str, gates: list[Gate]) -> GateOutput:

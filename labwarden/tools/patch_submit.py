@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import builder, patchstore
+from labwarden.lab.host.builds import compiled, recipe
 from labwarden.lab.host.patchstore import PatchMeta, PatchStore, ProtectedArtifact, ProtectedPath
-from labwarden.tools.build import compiled, recipe
 from labwarden.tools.context import LabContext
 
 
@@ -47,7 +47,7 @@ class PatchSubmitOutput(BaseModel):
 
 
 def store(ctx: LabContext) -> PatchStore:
-    return PatchStore(ctx.data_dir / "patches")
+    return patchstore.lab_patches(ctx.data_dir)
 
 
 def _changed(rec: builder.BuildRecipe, ref: str, base_patches: list[str], diff: str,
@@ -60,7 +60,7 @@ def _changed(rec: builder.BuildRecipe, ref: str, base_patches: list[str], diff: 
 async def run(ctx: LabContext, inp: PatchSubmitInput) -> PatchSubmitOutput:
     pid, sha = patchstore.patch_id(inp.name, inp.diff)
     section = ctx.profile.build
-    rec = recipe(ctx)
+    rec = recipe(ctx.profile)
     files = await asyncio.to_thread(_changed, rec, inp.ref, inp.base_patches, inp.diff,
                                     f"{pid}.patch")
     hit = patchstore.protected(files, section.protected)

@@ -27,17 +27,16 @@ from pydantic import BaseModel, Field
 from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
 from labwarden.core.kernelsplit import KernelSplit, KernelSummary
-from labwarden.core.measurements import ProfileRecord, Window
+from labwarden.core.measurements import MAX_REPS, ProfileRecord, Window
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
-from labwarden.lab import perfcount
+from labwarden.lab import features, perfcount
 from labwarden.lab.conditions import snapshot
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel, kstat, procs, sampler, uprobes
 from labwarden.lab.dut.commands import RunResult
 from labwarden.lab.dut.jobs import DutJobs
-from labwarden.tools import associate
-from labwarden.tools.build import load_manifest
+from labwarden.lab.host.builds import load_manifest
 from labwarden.tools.context import LabContext
 
 PERF_RECORD = ["record", "-N", "-z", "--buildid-mmap", "--no-bpf-event", "-e", "cpu-clock",
@@ -60,7 +59,7 @@ without frame pointers stay shallow."""
 class ProfileInput(ToolInput):
     stations: int = Field(ge=0, le=4096, description="clients held during the windows", examples=[114])
     window_s: float = Field(10, ge=2, le=300, description="seconds per window", examples=[10])
-    reps: int = Field(3, ge=1, le=10, description="windows (repetitions)")
+    reps: int = Field(3, ge=1, le=MAX_REPS, description="windows (repetitions)")
     perf: bool = Field(True, description="perf record the target (symbolize needs it)")
     perf_reps: int | None = Field(None, ge=0, le=10, description="record perf in the first N reps only "
                                   "(default: all)")
@@ -71,6 +70,10 @@ class ProfileInput(ToolInput):
     settle_s: float | None = Field(None, ge=0, le=60, description="seconds from associating to "
                                    "the first window; the set-up runs within it (default: [load] "
                                    "settle_s of the lab profile)")
+    hold: bool = Field(True, description="hold the workload first (associate `stations`); false: "
+                       "the caller already holds it (a sweep, an A/B)")
+    idle: bool = Field(False, description="the windows run with the load stopped (a sweep's idle "
+                       "baseline): recorded as an idle measurement")
 
 
 class CpuSummary(BaseModel):
@@ -95,12 +98,12 @@ class ProfileOutput(BaseModel):
     warnings: list[str]
 
 
-async def measure(ctx: LabContext, inp: ProfileInput, kind: str = "loaded",
-                  associate_first: bool = True) -> ProfileRecord:
-    """The windows themselves (sweep calls this for each density)."""
+async def measure(ctx: LabContext, inp: ProfileInput) -> ProfileRecord:
+    """The windows themselves."""
     prof, dev = ctx.profile, ctx.device
-    if associate_first:
-        await associate.run(ctx, associate.AssociateInput(stations=inp.stations))
+    kind = "idle" if inp.idle else "loaded"
+    if inp.hold and features.missing(prof, "clients") is None:  # a lab without clients
+        await ctx.call("associate", {"stations": inp.stations})   # measures its own workload
     # The settle is time since the clients associated (their first syncs stay out of the
     # windows); the set-up below (kernel symbols, uprobes) runs inside it, not after it.
     settle = prof.load.settle_s if inp.settle_s is None else inp.settle_s
@@ -185,7 +188,7 @@ def _maybe_probes(ctx: LabContext,
     state = ctx.peek_state()
     if state.fingerprint_ok() and state.verified_build:  # the running build's symbols
         with contextlib.suppress(ToolError):
-            roots.append(Path(load_manifest(ctx, state.verified_build).symfs))
+            roots.append(Path(load_manifest(ctx.profile, state.verified_build).symfs))
     return uprobes.registered(ctx.device, prof.dut.paths.tracefs, probes,
                               ctx.data_dir / "symcache", roots, shield=ctx.shielded)
 

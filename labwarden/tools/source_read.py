@@ -14,7 +14,6 @@ from pydantic import BaseModel, Field, model_validator
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import sourcetree
 from labwarden.tools.context import LabContext
-from labwarden.tools.source_search import tree
 
 MAX_LINES = 200
 DEFAULT_LINES = 100
@@ -47,7 +46,8 @@ class SourceReadOutput(BaseModel):
 
 
 async def run(ctx: LabContext, inp: SourceReadInput) -> SourceReadOutput:
-    commit, root = await asyncio.to_thread(tree, ctx, inp.ref)
+    commit, root = await asyncio.to_thread(sourcetree.lab_tree, ctx.profile.build.repo,
+                                           ctx.data_dir, inp.ref)
     end = min(inp.end or inp.start + DEFAULT_LINES - 1, inp.start + MAX_LINES - 1)
     lines, total = await asyncio.to_thread(sourcetree.read_lines, root, inp.path, inp.start, end)
     last = inp.start + len(lines) - 1

@@ -10,7 +10,6 @@ changed. `path_glob` narrows the files (e.g. '*.c'); results are capped per page
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from pydantic import BaseModel, Field
 
@@ -42,14 +41,9 @@ class SourceSearchOutput(BaseModel):
     next_offset: int | None = Field(description="pass as offset for the next page; None: no more")
 
 
-def tree(ctx: LabContext, ref: str) -> tuple[str, Path]:
-    """The firmware tree at `ref` (cached under the lab's data dir)."""
-    return sourcetree.tree_at(Path(ctx.profile.build.repo).expanduser(), ref,
-                              ctx.data_dir / "source")
-
-
 async def run(ctx: LabContext, inp: SourceSearchInput) -> SourceSearchOutput:
-    commit, root = await asyncio.to_thread(tree, ctx, inp.ref)
+    commit, root = await asyncio.to_thread(sourcetree.lab_tree, ctx.profile.build.repo,
+                                           ctx.data_dir, inp.ref)
     rg = sourcetree.ripgrep()
     if rg is not None:  # a linear-time engine, in its own process
         hits = await asyncio.to_thread(sourcetree.search_ripgrep, rg, root, inp.pattern,

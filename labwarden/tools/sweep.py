@@ -2,10 +2,11 @@
 constant, even split over the radios; 0 on a DUT without a load) measure `reps` windows, and
 return the curve with counters and RSS per point.
 
-Mutates DUT state (its load), and leaves the DUT with no load when it ends, checking with the
-DUT's own count, where it has one, that the release cleaned up (a gate reads that). perf
-records the densest point only by default, which is what symbolize and the unknown-frame gate
-need.
+Each point's association and windows are nested `associate` and `profile` calls (guarded,
+logged under the sweep). Mutates DUT state (its load), and leaves the DUT with no load when it
+ends, checking with the DUT's own count, where it has one, that the release cleaned up (a gate
+reads that). perf records the densest point only by default, which is what symbolize and the
+unknown-frame gate need.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, field_validator
 
-from labwarden.core.measurements import SweepPoint, SweepRecord
+from labwarden.core.measurements import ProfileRecord, SweepPoint, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab import features
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
-from labwarden.tools import associate, parity, profile
+from labwarden.tools import parity
 from labwarden.tools.context import LabContext
 
 
@@ -77,35 +79,36 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
     load = load_drivers.for_profile(ctx.profile, ctx.device)
     stops = load.stops_traffic
     densities = inp.densities or load_drivers.points(ctx.profile)
+    holds = features.missing(ctx.profile, "clients") is None  # else: its own workload, no hold
     try:
         for i, n in enumerate(densities):
             await ctx.report(i, len(densities), f"{load_drivers.label(load, n)} "
                              f"({i + 1}/{len(densities)})")
-            assoc = await associate.run(ctx, associate.AssociateInput(stations=n))
+            per_radio = (await ctx.call("associate", {"stations": n})).per_radio if holds else []
             densest = i == len(densities) - 1
             if densest:  # the declared functional check, with the most clients held
                 check = await parity.check_output(ctx)
-            rec = await profile.measure(ctx, profile.ProfileInput(
-                stations=n, window_s=inp.window_s, reps=inp.reps, perf=inp.perf and densest,
-                perf_reps=1, settle_s=inp.settle_s), associate_first=False)
-            summary = profile.summarize(rec)
+            window = {"stations": n, "window_s": inp.window_s, "reps": inp.reps, "hold": False,
+                      "settle_s": inp.settle_s}
+            summary = await ctx.call("profile", {**window, "perf": inp.perf and densest,
+                                                 "perf_reps": 1})
+            rec = store.load("prof", summary.profile_id, ProfileRecord)
             idle_cpu = summary.cpu_pct.mean if inp.idle_baseline else None
             if inp.idle_baseline and stops:  # a real baseline: the same point, the load stopped
                 await load.hold(0)
-                idle = await profile.measure(ctx, profile.ProfileInput(
-                    stations=n, window_s=inp.window_s, reps=inp.reps, perf=False,
-                    settle_s=inp.settle_s), kind="idle", associate_first=False)
-                idle_cpu = profile.summarize(idle).cpu_pct.mean
+                idle = await ctx.call("profile", {**window, "perf": False, "idle": True})
+                idle_cpu = idle.cpu_pct.mean
             points.append(SweepPoint(
                 stations=n, profile_id=rec.id, cpu_mean=summary.cpu_pct.mean,
                 cpu_stdev=summary.cpu_pct.stdev, cpu_per_rep=summary.cpu_pct.per_rep,
                 idle_cpu_mean=idle_cpu,
-                counters=summary.counters, rss_kb=summary.rss_kb, per_radio=assoc.per_radio,
+                counters=summary.counters, rss_kb=summary.rss_kb, per_radio=per_radio,
                 clients_held=all(w.datamodel_start in (None, n) and w.datamodel_end in (None, n)
                                  for w in rec.windows)))
     finally:  # shielded: a cancelled sweep (anyio cancels every await in its scope) must still
         # leave the DUT with no clients
-        await ctx.shielded(associate.run(ctx, associate.AssociateInput(stations=0)))
+        if holds:
+            await ctx.shielded(ctx.call("associate", {"stations": 0}))
     cleanup = await datamodel.total(ctx.device, ctx.profile)
     record = SweepRecord(id=sid, label=inp.label, started_at=started, window_s=inp.window_s, reps=inp.reps,
                          build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
@@ -134,4 +137,7 @@ SPEC = ToolSpec(name="sweep", description=describe(__doc__), input=SweepInput, o
                 run=run, effect="mutates_dut",
                 requires=frozenset({"lease", "board_healthy", "fingerprint_verified", "env_pinned",
                                     "topology_asserted"}),
-                budget_class="measure", measures=True)
+                budget_class="measure", measures=True,
+                free_text=frozenset({"label"}))
+"""`label` is a stage name shown in reports ('base HEAD', an experiment's arm): prose, never a
+path or a command, so exempt from the identifier check (bounded like any string)."""

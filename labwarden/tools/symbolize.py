@@ -30,7 +30,7 @@ from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import folded as fl
 from labwarden.lab.host import symfs as sf
 from labwarden.lab.host.binaries import which
-from labwarden.tools.build import load_manifest
+from labwarden.lab.host.builds import load_manifest
 from labwarden.tools.context import LabContext
 
 FORMAT = 2
@@ -204,7 +204,7 @@ async def symbolized(ctx: LabContext, rec: ProfileRecord, perf_data: Path,
         warnings.append(f"system-wide: symbols for the {sum(d.path in sampled for d in dsos)} DSOs "
                         f"the samples touch (of {len(dsos)} mapped)")
         dsos = [d for d in dsos if d.path in sampled]
-    manifest = load_manifest(ctx, rec.build_id) if rec.build_id else None
+    manifest = load_manifest(ctx.profile, rec.build_id) if rec.build_id else None
     if manifest is None:
         warnings.append("the profile names no verified build: symbols come from the DUT only")
     await ctx.report(2, 4, f"assembling the symfs ({len(dsos)} DSOs)")

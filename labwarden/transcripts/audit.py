@@ -1,4 +1,5 @@
-"""Audit a session: chain, truncation against a checkpoint, file integrity, costs, conditions.
+"""Audit a session: chain, truncation against a checkpoint, file integrity, costs, conditions,
+the tree of nested calls (transcripts/calltree.py says its invariant).
 
 Chain: every body must hash (with the previous hash) to its stored hash, link to the previous
 event and say the seq it is stored at; seqs run 1, 2, 3... without gaps. That catches an edited,
@@ -18,7 +19,7 @@ from pydantic import BaseModel, Field, ValidationError, computed_field
 
 from labwarden.core.events import ModelCall, ToolCalled, parse_event
 from labwarden.core.paths import PathRefused
-from labwarden.transcripts import pricing
+from labwarden.transcripts import calltree, pricing
 from labwarden.transcripts.chain import GENESIS, link_hash
 from labwarden.transcripts.store import Checkpoint, EventRow, TranscriptStore, load_checkpoint
 
@@ -29,7 +30,7 @@ class Problem(BaseModel):
     seq: int | None
     """The first event concerned (None: the whole file or session)."""
     check: str
-    """chain, checkpoint, anchor, integrity, cost, conditions, session."""
+    """chain, checkpoint, anchor, integrity, cost, conditions, tree, session."""
     message: str
     """What is wrong."""
 
@@ -234,6 +235,9 @@ def audit(store: TranscriptStore, session_id: str,
             _check_model_call(store, r.seq, ev, report)
         elif isinstance(ev, ToolCalled) and (why := conditions_problem(ev)):
             report.findings.append(Problem(seq=r.seq, check="conditions", message=why))
+    report.checks.append("tree")
+    for seq, why in calltree.problems(store.events(session_id)):
+        report.findings.append(Problem(seq=seq, check="tree", message=why))
     if rows and rows[-1].kind != "session_ended":
         report.warnings.append("no session_ended event: the session is open, crashed, or was truncated")
     report.findings.sort(key=lambda p: (p.seq is None, p.seq or 0))

@@ -83,6 +83,7 @@ def spans(session_id: str, events: list[StoredEvent]) -> ExportTraceServiceReque
     out: list[Span] = [root]
     first = events[0].event.ts if events else None
     last = events[-1].event.ts if events else None
+    call_seq = {e.event.call.id: e.seq for e in events if isinstance(e.event, ToolCalled)}
     for stored in events:
         ev = stored.event
         sid = _id("span", session_id, str(stored.seq), size=8)
@@ -94,14 +95,18 @@ def spans(session_id: str, events: list[StoredEvent]) -> ExportTraceServiceReque
         elif isinstance(ev, ToolCalled):
             c = ev.call
             end = c.started_at + timedelta(seconds=c.duration_s)
-            span = Span(trace_id=trace_id, span_id=sid, parent_span_id=root_id,
-                        name=f"tools/call {c.tool}" if mcp else f"execute_tool {c.tool}",
-                        kind=Span.SPAN_KIND_SERVER if mcp else Span.SPAN_KIND_INTERNAL,
+            parent_seq = call_seq.get(ev.parent_id) if ev.parent_id else None
+            nested = parent_seq is not None  # a tool's own call: a child of its parent's span
+            span = Span(trace_id=trace_id, span_id=sid,
+                        parent_span_id=_id("span", session_id, str(parent_seq), size=8)
+                        if nested else root_id,
+                        name=f"tools/call {c.tool}" if mcp and not nested else f"execute_tool {c.tool}",
+                        kind=Span.SPAN_KIND_SERVER if mcp and not nested else Span.SPAN_KIND_INTERNAL,
                         start_time_unix_nano=_ns(c.started_at), end_time_unix_nano=_ns(end))
             span.attributes.extend(_attrs({
                 **common, "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": c.tool,
                 "gen_ai.tool.call.id": c.id, "gen_ai.tool.type": "function",
-                "mcp.method.name": "tools/call" if mcp else None,
+                "mcp.method.name": "tools/call" if mcp and not nested else None,
                 "error.type": c.error.kind if c.error else None,
                 "labwarden.refusal.code": c.error.code if c.error else None,
                 "labwarden.guard": ev.guard, "labwarden.result_tokens_est": ev.result_tokens_est,

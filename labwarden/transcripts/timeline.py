@@ -1,5 +1,6 @@
 """A session as a timeline: one row per event plus totals. Replay (rich) and export (HTML) both
-render this, so the terminal and the file show the same thing."""
+render this, so the terminal and the file show the same thing. A tool's nested calls (and the
+guard decisions under it) follow it, one level deeper (transcripts/calltree.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from labwarden.core.events import (
     SessionStarted,
     ToolCalled,
 )
+from labwarden.transcripts import calltree
 from labwarden.transcripts.pricing import KINDS, tokens_by_kind
 from labwarden.transcripts.store import StoredEvent, TranscriptStore
 
@@ -41,11 +43,15 @@ class Row(BaseModel):
     cost_usd: float | None = None
     artifacts: list[str] = Field(default_factory=list)
     hash: str = ""
+    depth: int = 0
+    """0: a client's call (or any other event); 1: a call (or guard decision) under one; ..."""
 
 
 class Totals(BaseModel):
     events: int = 0
     tool_calls: int = 0
+    nested_calls: int = 0
+    """Of tool_calls, those a tool made (its `ctx.call`), not the client."""
     tool_errors: int = 0
     guard: dict[str, int] = Field(default_factory=dict)
     """Guard decisions by decision."""
@@ -70,12 +76,14 @@ def _short(value: object, n: int = ARGS_CHARS) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _row(s: StoredEvent, t0: float, tot: Totals) -> Row:
+def _row(s: StoredEvent, t0: float, tot: Totals, depth: int = 0) -> Row:
     ev = s.event
-    row = Row(seq=s.seq, offset_s=ev.ts.timestamp() - t0, kind=ev.kind, what="", hash=s.hash[:12])
+    row = Row(seq=s.seq, offset_s=ev.ts.timestamp() - t0, kind=ev.kind, what="", hash=s.hash[:12],
+              depth=depth)
     if isinstance(ev, ToolCalled):
         c = ev.call
         tot.tool_calls += 1
+        tot.nested_calls += 1 if ev.parent_id is not None else 0
         tot.tool_errors += 0 if c.ok else 1
         tot.tool_seconds += c.duration_s
         tot.result_tokens_est += ev.result_tokens_est
@@ -125,7 +133,7 @@ def build(session: dict[str, object], events: list[StoredEvent]) -> Timeline:
     """The timeline of one session (its `sessions` row and its events)."""
     tot = Totals(events=len(events))
     t0 = events[0].event.ts.timestamp() if events else 0.0
-    rows = [_row(s, t0, tot) for s in events]
+    rows = [_row(s, t0, tot, depth) for s, depth in calltree.ordered(events)]
     keys = ("client", "lab_name", "lab_profile", "started_at", "ended_at", "end_reason",
             "labwarden_version", "git_commit")
     header = {k: str(session[k]) for k in keys if session.get(k) not in (None, "")}

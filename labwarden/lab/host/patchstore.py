@@ -237,3 +237,9 @@ class PatchStore:
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def lab_patches(data_dir: Path) -> PatchStore:
+    """The patches submitted to a lab (its data dir's `patches/`), where patch_submit writes and
+    experiment reads them."""
+    return PatchStore(data_dir / "patches")

@@ -74,6 +74,12 @@ def tree_at(repo: Path, ref: str, cache: Path) -> tuple[str, Path]:
     return commit, root
 
 
+def lab_tree(repo: str, data_dir: Path, ref: str) -> tuple[str, Path]:
+    """A lab's firmware tree at `ref` (`repo`: the profile's build repo), cached under its data
+    dir: what source_search and source_read read."""
+    return tree_at(Path(repo).expanduser(), ref, data_dir / "source")
+
+
 def _in_tree(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
     """tarfile's "data" filter (no absolute names, no device files, no links out of the tree),
     except that a member it refuses is left out instead of failing the whole tree."""
