@@ -50,7 +50,11 @@ def wrap(argv: list[str], layout: VlabLayout, info_fd: int) -> list[str]:
     args += [*sandbox.parent_dirs(str(sock)), "--bind", str(sock), str(sock),
              "--chdir", "/", "--",
              "setpriv", f"--reuid={sandbox.NOBODY}", f"--regid={sandbox.NOBODY}", "--clear-groups",
-             "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
+             "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all",
+             # bwrap's --die-with-parent is a parent-death signal, and the kernel clears it when
+             # setpriv changes the uid: set again after the change, or a service outlives its
+             # bwrap (every vlab reboot left the old stad and stamon running, polling the new one)
+             "--pdeathsig=SIGKILL", "--"]
     return [*args, *argv]
 
 

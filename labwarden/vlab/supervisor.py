@@ -29,6 +29,8 @@ class ProcessManager:
     def __init__(self, layout: VlabLayout):
         self.layout = layout
         self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.pids: dict[str, int] = {}
+        """Each service's own pid (under bwrap, not bwrap's: bwrap forwards no signal)."""
         self.respawns: dict[str, int] = dict.fromkeys(SERVICES, 0)
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._stopping = False
@@ -66,6 +68,7 @@ class ProcessManager:
         if info_r is not None:  # the service's own pid, not bwrap's
             pid = await asyncio.to_thread(confine.child_pid, info_r)
         self.procs[name] = proc
+        self.pids[name] = pid or proc.pid
         (self.layout.run_dir / f"{name}.pid").write_text(f"{pid or proc.pid}\n")
         log.info("started %s pid %s", name, pid)
         if name == "stad":  # stamon needs the socket: wait for stad to listen
@@ -112,13 +115,15 @@ class ProcessManager:
             proc = self.procs.get(name)
             if proc is None or proc.returncode is not None:
                 continue
+            own = self.pids.get(name, proc.pid)  # the service itself: bwrap exits after it
             with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
+                os.kill(own, signal.SIGTERM)
             try:
                 await asyncio.wait_for(proc.wait(), timeout)
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
+                for pid in {own, proc.pid}:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 await proc.wait()
         for name in SERVICES:
             with contextlib.suppress(FileNotFoundError):
