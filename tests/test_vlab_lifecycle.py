@@ -76,6 +76,11 @@ def test_reboot_applies_drift(fresh_vlab: VlabLayout) -> None:
     assert 0 < len(after.vaps_enabled) < 6, "the scaling VAPs are switched off"
     assert 400 in after.trace_levels.values()
     assert "drift: cpufreq.boost=1" in (fresh_vlab.logs / "dutd.log").read_text()
+    # the boot before is gone: one stad and one stamon (every reboot had left the old pair
+    # running as nobody under a dead bwrap, and each old stamon polled the new stad)
+    control.reboot(fresh_vlab.root)
+    exes = [Path(os.readlink(f"/proc/{pid}/exe")).name for pid in procs.processes_under(fresh_vlab.root)]
+    assert sorted(e for e in exes if e in ("stad", "stamon")) == ["stad", "stamon"], exes
 
 
 def test_down_leaves_no_process(tmp_path: Path) -> None:
