@@ -25,7 +25,7 @@ import time
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from pydantic import ValidationError
 
@@ -58,14 +58,13 @@ class _Running:
 _running: ContextVar[_Running | None] = ContextVar("labwarden_running_call", default=None)
 
 
+_REFUSAL_CODES: frozenset[str] = frozenset(get_args(RefusalCode))
+
+
 def _refusal_code(code: str | None) -> RefusalCode:
     """A precheck failure's code as the guard's: its own when it is one, else invalid_input (a
     LabError's code may be another, e.g. protected_path, that no GuardDecision may carry)."""
-    known: tuple[RefusalCode, ...] = get_args(RefusalCode)
-    for refusal in known:
-        if code == refusal:
-            return refusal
-    return "invalid_input"
+    return cast(RefusalCode, code) if code in _REFUSAL_CODES else "invalid_input"
 
 
 def _invalid(exc: ValidationError) -> ToolFailure:
