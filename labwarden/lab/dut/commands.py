@@ -102,7 +102,7 @@ class Commands:
                 async with asyncio.timeout(timeout):
                     if self._channel is None or not self._channel.usable:
                         self.close()
-                        self._channel = await ShellChannel.open(conn, self.env)
+                        self._channel = await self._open_channel(conn)
                     try:
                         status, out, err = await self._channel.request(argv, cap)
                     finally:
@@ -160,20 +160,44 @@ class Commands:
                              session=True)
         return _result(argv, status, out, err, t0)
 
-    @staticmethod
-    async def _open_session(conn: asyncssh.SSHClientConnection,
+    async def _open_session(self, conn: asyncssh.SSHClientConnection,
                             line: str) -> asyncssh.SSHClientProcess[bytes]:
         """A new exec session. A refused session ran nothing, so it is asked for again, a few
         times over ~4 s: OpenSSH refuses sessions past MaxSessions (10 per connection) until
-        earlier ones end -- and a session whose command still runs counts, even once closed."""
+        earlier ones end -- and a session whose command still runs counts, even once closed.
+        A connection found dead at the open ran nothing either: it is replaced, once."""
+        replaced = False
         for delay in OPEN_RETRY_S:
             try:
                 return await conn.create_process(line, encoding=None)
             except asyncssh.ChannelOpenError as exc:
+                if conn.is_closed() and not replaced:
+                    conn, replaced = await self._reopened(exc), True
+                    continue
                 log.info("the DUT refused an exec session (%s); asking again in %g s",
                          exc.reason, delay)
                 await asyncio.sleep(delay)
         return await conn.create_process(line, encoding=None)
+
+    async def _open_channel(self, conn: asyncssh.SSHClientConnection) -> ShellChannel:
+        """The command channel, on a new connection (once) if `conn` is found dead at the open."""
+        try:
+            return await ShellChannel.open(conn, self.env)
+        except asyncssh.ChannelOpenError as exc:
+            if not conn.is_closed():
+                raise
+            return await ShellChannel.open(await self._reopened(exc), self.env)
+
+    async def _reopened(self, exc: Exception) -> asyncssh.SSHClientConnection:
+        """A new connection in place of one found closed when a session was asked for on it:
+        closed between `ensure()` and the open, so nothing of this request reached the DUT. One
+        server does this unasked: dropbear 2022.83-2024.85 (Debian 12's; OpenWrt ships it too)
+        exits on a failed assertion when a session opens as another one's process exits
+        (mkj/dropbear#321, fixed in 2024.86), taking every session of the connection with it.
+        Only once per request: a second dead connection is the DUT going away."""
+        log.warning("the connection to %s closed under a new session (%s); reconnecting",
+                    self.addr, exc)
+        return await self.connection.ensure()
 
     async def wait_reachable(self, timeout: float) -> None:
         """Poll until the DUT answers a command (after a reboot or flash); Unreachable if not."""
