@@ -21,6 +21,9 @@ from labwarden.vlab.layout import VlabLayout
 
 pytestmark = pytest.mark.anyio
 SWEEP = {"densities": [60, 114], "reps": 3, "window_s": 5}
+AT_114 = {**SWEEP, "densities": [114]}
+"""The middle stages' sweeps: their verdicts are at 114; the curve (and cpu_monotonic with it)
+is the baseline's and the last stage's, whose gates are broken on purpose below."""
 MIN_EFFECT = 10.0
 """The equivalence margin: a smaller change is 'no change'. A patched build moves code, and on
 this vlab a move alone shifts CPU by about +/-7% (0905, whose function never runs, measured +7.4%
@@ -33,12 +36,13 @@ async def _ok(ctx: LabContext, tool: str, args: dict[str, Any]) -> dict[str, Any
     return rec.result
 
 
-async def _stage(ctx: LabContext, patches: list[str], label: str, rpc: str) -> dict[str, Any]:
+async def _stage(ctx: LabContext, patches: list[str], label: str, rpc: str,
+                 sweep: dict[str, Any] = AT_114) -> dict[str, Any]:
     built = await _ok(ctx, "build", {"patches": patches})
     await _ok(ctx, "flash", {"build_id": built["build_id"]})
     assert (await _ok(ctx, "fingerprint_verify", {"build_id": built["build_id"]}))["verified"]
     await _ok(ctx, "env_pin", {"monitor_rpc": rpc})
-    return await _ok(ctx, "sweep", {**SWEEP, "label": label})
+    return await _ok(ctx, "sweep", {**sweep, "label": label})
 
 
 async def _cmp(ctx: LabContext, a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -56,7 +60,7 @@ async def test_story_at_114(lab: VlabLayout) -> None:
         assert len(json.dumps(base)) < 8000, "a sweep result stays small"
         s0901 = await _stage(ctx, ["0901"], "0901", "full")
         s0902 = await _stage(ctx, ["0901", "0902"], "0901+0902", "brief")
-        s0905 = await _stage(ctx, ["0901", "0902", "0905"], "0901+0902+0905", "brief")
+        s0905 = await _stage(ctx, ["0901", "0902", "0905"], "0901+0902+0905", "brief", SWEEP)
         verdicts = [await _cmp(ctx, base, s0901), await _cmp(ctx, s0901, s0902),
                     await _cmp(ctx, s0902, s0905)]
         means = [s["points"][-1]["cpu_mean"] for s in (base, s0901, s0902, s0905)]
@@ -69,6 +73,8 @@ async def test_story_at_114(lab: VlabLayout) -> None:
         for s in (base, s0901, s0902, s0905):
             gates = await _ok(ctx, "gate_check", {"sweep_id": s["sweep_id"]})
             assert gates["passed"], gates
+            monotonic = next(g for g in gates["gates"] if g["name"] == "cpu_monotonic")
+            assert monotonic["status"] == ("passed" if len(s["points"]) > 1 else "not_applicable")
         await _broken_gates(ctx, s0905["sweep_id"])
 
 

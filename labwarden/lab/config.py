@@ -382,8 +382,7 @@ class DecisionSection(DecisionRule):
     interleave: bool = Field(False, examples=[True], description="alternate A and B (a flash per "
                              "round) while adding windows: only where a flash is cheap. Off: A "
                              "is measured once at max_windows and B adds windows against it "
-                             "(two flashes in all); "
-                             "switch) while adding windows: only where a flash is cheap")
+                             "(two flashes in all)")
     offered_load_counter: str | None = Field(None, examples=["rpc_calls"], description="the "
                                              "uprobe counter ([target] uprobes) that measures the "
                                              "offered load (on the vlab, the monitor's RPC calls/s)")
