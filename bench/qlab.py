@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from labwarden.qlab import control, image, stations
-from labwarden.qlab.paths import QlabLayout
+from labwarden.qlab.layout import QlabLayout
 
 TARGET_S = 90.0
 

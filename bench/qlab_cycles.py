@@ -28,7 +28,7 @@ from rich.table import Table
 from labwarden.lab.config import LabProfile
 from labwarden.lab.dut.endpoint import SshEndpoint
 from labwarden.qlab import control, guestssh
-from labwarden.qlab.paths import QlabLayout
+from labwarden.qlab.layout import QlabLayout
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 

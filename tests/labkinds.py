@@ -20,7 +20,7 @@ from labwarden.lab.host.builder import BuildManifest
 from labwarden.qlab import profile_writer as qlab_writer
 from labwarden.qlab import traffic
 from labwarden.qlab.image import QlabImage
-from labwarden.qlab.paths import QlabLayout
+from labwarden.qlab.layout import QlabLayout
 from labwarden.vlab import profile_writer as vlab_writer
 from labwarden.vlab.layout import VlabLayout
 

@@ -14,7 +14,7 @@ import pytest
 
 from labwarden.lab.dut.endpoint import SshEndpoint
 from labwarden.qlab import control, guestssh, image, procs
-from labwarden.qlab.paths import QlabLayout
+from labwarden.qlab.layout import QlabLayout
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ err = Console(stderr=True)
 """Failures, progress and notes: never stdout, which carries results (and on stdio, MCP)."""
 
 DEFAULT_LAB = Path(os.environ.get("LABWARDEN_LAB", ".vlab/lab.toml"))
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON (the command's model) instead "
+                                       "of a table")]
 LabOpt = Annotated[Path, typer.Option("--lab", help="lab profile (TOML); default $LABWARDEN_LAB or "
                                       ".vlab/lab.toml")]
 

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from labwarden import doctor as checks
-from labwarden.cli.common import out
+from labwarden.cli.common import JsonOpt, out
 
 
-def doctor(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+def doctor(json_out: JsonOpt = False) -> None:
     """Check perf, perf_event_paranoid, tracefs/uprobes, inferno, cargo, gcc; name each remedy.
 
     Exit code 0 when everything is ready, 2 when something is missing (the vlab still runs

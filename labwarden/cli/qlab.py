@@ -12,7 +12,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from labwarden.cli.common import err, fail_on, out
+from labwarden.cli.bringup import PatchOpt, PortOpt, show_up
+from labwarden.cli.common import JsonOpt, err, fail_on, out
 from labwarden.core.errors import LabError
 from labwarden.qlab import control, image
 
@@ -25,7 +26,7 @@ AccelOpt = Annotated[str, typer.Option(help="auto (probe KVM, fall back to TCG),
 
 
 @app.command("image")
-def qlab_image(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+def qlab_image(json_out: JsonOpt = False) -> None:
     """Build the guest image from Debian packages if it is not cached (needs root), and show it."""
     try:
         with err.status("qlab image") as st:
@@ -50,9 +51,8 @@ def qlab_up(
     accel: AccelOpt = "auto",
     memory: Annotated[str, typer.Option(help="guest memory (QEMU -m)")] = "512M",
     smp: Annotated[int, typer.Option(help="guest vCPUs")] = 2,
-    port: Annotated[int, typer.Option(help="ssh port on 127.0.0.1 (0 = a free one)")] = 0,
-    patch: Annotated[list[str] | None, typer.Option(
-        help="build the firmware with this patch (id like 0901, or a path); repeatable")] = None,
+    port: PortOpt = 0,
+    patch: PatchOpt = None,
     traffic: Annotated[bool, typer.Option(
         "--traffic", help="the traffic variant: lan/wan NICs on taps bridged to host netns "
         "lwlan/lwwan, the guest routing lan -> wan through nftables (/etc/config/firewall), and "
@@ -70,23 +70,22 @@ def qlab_up(
                               progress=lambda m: st.update(f"qlab up: {escape(m)}"))
     except LabError as exc:
         fail_on(exc)
-    table = Table("what", "where", show_header=False)
-    table.add_row("state dir", info.root)
-    table.add_row("guest", f"kernel {info.kernel}, image {info.image}, {info.accel.name} "
-                  f"({info.accel.reason})")
-    table.add_row("ssh", f"{info.ssh} (user root; dropbear, host key pinned in the profile)")
-    table.add_row("labgrid env", info.env_yaml)
-    table.add_row("lab profile", info.lab_toml)
-    table.add_row("firmware", f"build {info.build_id} (nl80211 HAL)")
-    table.add_row("timings", ", ".join(f"{k} {v:.1f} s" for k, v in info.timings.items()))
-    out.print(table)
-    out.print(f"next: labwarden qlab status --dir {dir} --guest   |   labwarden qlab down --dir {dir}")
+    show_up("qlab", dir, [
+        ("state dir", info.root),
+        ("guest", f"kernel {info.kernel}, image {info.image}, {info.accel.name} "
+                  f"({info.accel.reason})"),
+        ("ssh", f"{info.ssh} (user root; dropbear, host key pinned in the profile)"),
+        ("labgrid env", info.env_yaml),
+        ("lab profile", info.lab_toml),
+        ("firmware", f"build {info.build_id} (nl80211 HAL)"),
+        ("timings", ", ".join(f"{k} {v:.1f} s" for k, v in info.timings.items())),
+    ], f"labwarden qlab status --dir {dir} --guest")
 
 
 @app.command("status")
 def qlab_status(dir: DirOpt = DEFAULT_QLAB_DIR,
                 guest: Annotated[bool, typer.Option("--guest", help="also ask the guest")] = False,
-                json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+                json_out: JsonOpt = False) -> None:
     """Whether the qlab is up (its daemon, QEMU, the strategy's state, the boot_id)."""
     st = control.status(dir, ask_guest=guest)
     if json_out:

@@ -11,7 +11,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from labwarden.cli.common import err, fail, fail_on, out
+from labwarden.cli.bringup import PatchOpt, PortOpt, show_up
+from labwarden.cli.common import JsonOpt, err, fail, fail_on, out
 from labwarden.vlab import control, curve
 
 app = typer.Typer(help="The virtual lab: a DUT of real processes, perf and SSH on loopback.",
@@ -25,9 +26,8 @@ DensitiesOpt = Annotated[str, typer.Option(help="comma-separated station counts"
 @app.command("up")
 def vlab_up(
     dir: DirOpt = DEFAULT_VLAB_DIR,
-    port: Annotated[int, typer.Option(help="SSH port on 127.0.0.1 (0 = a free one)")] = 0,
-    patch: Annotated[list[str] | None, typer.Option(
-        help="build with this patch (id like 0901, or a path); repeatable")] = None,
+    port: PortOpt = 0,
+    patch: PatchOpt = None,
 ) -> None:
     """Create the state dir, build and flash the firmware, start the DUT and its SSH endpoint,
     and write lab.toml (the lab profile every other command takes with --lab)."""
@@ -39,19 +39,18 @@ def vlab_up(
         fail_on(exc)
     for note in info.notes:
         err.print(f"[yellow]note:[/yellow] {escape(note)}")
-    table = Table("what", "where", show_header=False)
-    table.add_row("state dir", info.root)
-    table.add_row("ssh", f"{info.ssh} (user root, key {info.client_key})")
-    table.add_row("lab profile", info.lab_toml)
-    table.add_row("firmware", f"git {info.git_hash[:12]}, build {info.build_id}")
-    table.add_row("processes", ", ".join(f"{k} {v}" for k, v in info.pids.items()))
-    out.print(table)
-    out.print(f"next: labwarden vlab associate 114 --dir {dir}   |   labwarden vlab down --dir {dir}")
+    show_up("vlab", dir, [
+        ("state dir", info.root),
+        ("ssh", f"{info.ssh} (user root, key {info.client_key})"),
+        ("lab profile", info.lab_toml),
+        ("firmware", f"git {info.git_hash[:12]}, build {info.build_id}"),
+        ("processes", ", ".join(f"{k} {v}" for k, v in info.pids.items())),
+    ], f"labwarden vlab associate 114 --dir {dir}")
 
 
 @app.command("status")
 def vlab_status(dir: DirOpt = DEFAULT_VLAB_DIR,
-                json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+                json_out: JsonOpt = False) -> None:
     """Show whether the vlab is up, its processes, running firmware, stations and tuning."""
     st = control.status(dir)
     if json_out:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
 from labwarden.qlab.image import QlabImage
-from labwarden.qlab.paths import cache_dir
+from labwarden.qlab.layout import cache_dir
 
 AccelName = Literal["kvm", "tcg"]
 PROBE_TIMEOUT_S = 20.0

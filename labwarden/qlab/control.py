@@ -29,11 +29,11 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.devtext import quote
 from labwarden.core.errors import LabError
-from labwarden.lab.boardstate import BoardState
 from labwarden.lab.dut.endpoint import SshEndpoint
+from labwarden.lab.statedir import torn_down_on_failure
 from labwarden.qlab import accel as accel_mod
 from labwarden.qlab import envyaml, firmware, guestssh, image, procs, profile_writer, traffic
-from labwarden.qlab.paths import QlabLayout
+from labwarden.qlab.layout import QlabLayout
 
 Progress = Callable[[str], None]
 BOOT_TIMEOUT_S = 300.0
@@ -150,12 +150,12 @@ def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "
         raise QlabError(f"a qlab is already up in {layout.root} (daemon pid {running})",
                         f"use it (lab profile {layout.lab_toml}), or `labwarden qlab down --dir "
                         f"{layout.root}` first")
-    for d in (layout.root, layout.run, layout.logs, layout.keys):
+    for d in (layout.root, layout.run_dir, layout.logs, layout.keys):
         d.mkdir(parents=True, exist_ok=True)
     for stale in (layout.state_file, layout.console_log):
         stale.unlink(missing_ok=True)
     timings: dict[str, float] = {}
-    try:
+    with torn_down_on_failure(layout.root, down):
         img = image.ensure(lambda m: progress(f"image: {m}"))
         timings["image"] = round(time.monotonic() - t0, 2)
         progress("choosing the accelerator")
@@ -203,12 +203,7 @@ def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "
                             f"{quote(route.stdout + route.stderr)} (its /tmp/log/route.log says why)")
         profile_writer.write(layout, img, manifest,
                              load_section=traffic.LOAD_SECTION if traffic_router else None)
-        state = BoardState.load(layout.data_dir)
-        state.record_flash(manifest.build_id)  # flashed, not yet verified
-        state.save(layout.data_dir)
-    except BaseException:
-        down(layout.root)
-        raise
+        layout.record_first_flash(manifest.build_id)
     timings["total"] = round(time.monotonic() - t0, 2)
     return QlabInfo(root=str(layout.root), ssh=f"127.0.0.1:{port}", lab_toml=str(layout.lab_toml),
                     env_yaml=str(layout.env_yaml), image=img.key, kernel=img.kernel_version,

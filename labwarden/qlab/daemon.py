@@ -30,7 +30,7 @@ from typing import Any
 
 from labwarden.core.errors import LabError
 from labwarden.qlab import ctlsock, firmware
-from labwarden.qlab.paths import QlabLayout
+from labwarden.qlab.layout import QlabLayout
 from labwarden.qlab.procs import qemu_pids
 
 log = logging.getLogger("qlabd")
@@ -174,7 +174,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m labwarden.qlab.daemon STATE_DIR", file=sys.stderr)
         return 2
     layout = QlabLayout.at(argv[1])
-    layout.run.mkdir(parents=True, exist_ok=True)
+    layout.run_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=str(layout.daemon_log), level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     Path(layout.daemon_pid).write_text(f"{os.getpid()}\n")

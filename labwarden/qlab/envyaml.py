@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from labwarden.core.errors import LabError
 from labwarden.qlab.accel import Accel, qemu_binary
 from labwarden.qlab.image import QlabImage
-from labwarden.qlab.paths import QlabLayout
+from labwarden.qlab.layout import QlabLayout
 
 TARGET = "main"
 MGMT_MAC = "52:54:00:12:34:56"

@@ -23,7 +23,7 @@ from labwarden.core.errors import LabError
 from labwarden.lab.host import builder
 from labwarden.lab.host.builder import BuildError, BuildManifest, git
 from labwarden.qlab.image import BOARD
-from labwarden.qlab.paths import QlabLayout
+from labwarden.qlab.layout import QlabLayout
 from labwarden.vlab.firmware import DEPLOY, firmware_package_dir, patches_package_dir
 
 COMMAND = ["make", "-s", "-j{jobs}", "O={out}", "GIT_HASH={git_hash}", "HAL=nl80211"]

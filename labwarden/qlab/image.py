@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
 from labwarden.qlab import debian, kernel
-from labwarden.qlab.paths import cache_dir
+from labwarden.qlab.layout import cache_dir
 from labwarden.vlab.tuning import factory_config_dir
 
 BASE_RECIPE = 1

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from labwarden.lab.host.pidfile import alive, read_pid, stop
-from labwarden.qlab.paths import QlabLayout
+from labwarden.qlab.layout import QlabLayout
 
 __all__ = ["alive", "daemon_pid", "qemu_pids", "read_pid", "stop"]
 

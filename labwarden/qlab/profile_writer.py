@@ -15,20 +15,21 @@ from __future__ import annotations
 import json
 import re
 
-from labwarden.lab import uci
 from labwarden.lab.host.builder import BuildManifest
 from labwarden.qlab import firmware
 from labwarden.qlab.image import QlabImage, guest_dir
-from labwarden.qlab.paths import QlabLayout
+from labwarden.qlab.layout import QlabLayout
 from labwarden.vlab.firmware import DEPLOY
+from labwarden.vlab.profile_sections import (
+    LEVERS,
+    gates_section,
+    lab_section,
+    target_section,
+    topology_section,
+)
+from labwarden.vlab.profile_sections import q as _q
+from labwarden.vlab.profile_sections import table as _table
 
-
-def _q(value: str) -> str:
-    return json.dumps(value)  # a JSON string is a valid TOML basic string
-
-
-_DRIVES = "load_drives_cpu = true                 # the daemon's CPU rises with its stations: " \
-    "cpu_monotonic applies"
 _TRAFFIC_DRIVES = "load_drives_cpu = false                # the load is forwarded traffic: stad's CPU " \
     "does not follow the streams (cpu_monotonic is n/a)"
 
@@ -37,18 +38,11 @@ def write(layout: QlabLayout, image: QlabImage, manifest: BuildManifest,
           load_section: str | None = None) -> None:
     """`load_section` replaces [load] and drops [readers] (the traffic variant: its load is
     traffic, not clients the firmware counts)."""
-    factory = uci.load(guest_dir() / "rootfs" / "etc" / "config" / "wireless")
-    vaps = [s.name for s in factory if s.type == "wifi-iface"]
-    channels = {s.name: s.options["channel"] for s in factory if s.type == "wifi-device"}
     text = f"""# labwarden lab profile for the qlab in {layout.root}
 # Written by `labwarden qlab up`: a Debian kernel under QEMU (labgrid target {layout.env_yaml}),
 # mac80211_hwsim radios, hostapd APs, wpa_supplicant clients; a real lab differs only in this file.
 
-[lab]
-name = "qlab"
-kind = "real"
-data_dir = {_q(str(layout.data_dir))}
-
+{lab_section("qlab", "real", layout.data_dir)}
 [dut]
 backend = "labgrid"
 env = {{ PATH = "/usr/sbin:/usr/bin:/sbin:/bin" }}
@@ -75,7 +69,7 @@ kind = "command"
 repo = {_q(str(layout.src))}
 builds = {_q(str(layout.builds))}
 command = {json.dumps(firmware.COMMAND)}
-artifacts = {{ {", ".join(f"{_q(k)} = {_q(v)}" for k, v in DEPLOY.items())} }}
+artifacts = {_table(DEPLOY)}
 patches_dirs = {json.dumps([str(d) for d in firmware.patches_dirs(layout)])}
 baseline = {_q(manifest.build_id)}
 
@@ -101,31 +95,11 @@ settle_s = 2.0
 [readers]
 clients = ["stacli", "--socket", "/run/stad.sock", "count"]
 
-[target]
-process = "stad"
-prints_git_hash = true                 # `stad --version` prints its commit: fingerprint_verify checks it
-library = "/usr/lib/libsta.so"
-suspects = ["stamon"]
-uprobes = {{ rpc_calls = "getStationStats", dm_write_txns = "dm_finalize_transaction" }}
-perf = "perf"
-pidfiles = {{ stad = "/run/stad.pid", stamon = "/run/stamon.pid" }}
-
-[topology]
-vaps = {json.dumps(vaps)}
-channels = {{ {", ".join(f"{k} = {_q(v)}" for k, v in channels.items())} }}
-reload = ["wifi", "reload"]
-
-[levers]
-trace_config = "trace"
-trace_reload = ["service", "stad", "restart"]
-monitor_config = "stamon"
-monitor_reload = ["service", "stamon", "restart"]
-
-[gates]
-{_DRIVES if load_section is None else _TRAFFIC_DRIVES}
-unknown_frames_pct_max = 1.0
-rss_per_client_kb_max = 64.0
-
+{target_section("/usr/lib/libsta.so", {"stad": "/run/stad.pid", "stamon": "/run/stamon.pid"},
+                perf="perf")}
+{topology_section(guest_dir() / "rootfs" / "etc" / "config" / "wireless", ["wifi", "reload"])}
+{LEVERS}
+{gates_section() if load_section is None else gates_section(_TRAFFIC_DRIVES)}
 [policy]
 # no cpufreq under QEMU: governor and boost are not applicable
 heal = ["topology", "procmgr"]

@@ -22,7 +22,7 @@ from pathlib import Path
 from labwarden.core.devtext import quote
 from labwarden.core.errors import LabError
 from labwarden.qlab.envyaml import Nic
-from labwarden.qlab.paths import QlabLayout
+from labwarden.qlab.layout import QlabLayout
 
 
 class TrafficNetError(LabError):

@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
 from labwarden.lab import uci
-from labwarden.lab.boardstate import BoardState
 from labwarden.lab.host.stasim import LoadError, StasimLoad
+from labwarden.lab.statedir import torn_down_on_failure
 from labwarden.vlab import firmware, procs, profile_writer, rpc, tuning
 from labwarden.vlab.layout import SERVICES, VlabLayout
 
@@ -139,7 +139,7 @@ def up(root: str | os.PathLike[str], port: int = 0, patches: list[str] | None = 
         raise VlabError(f"port {port} on 127.0.0.1 is in use",
                         "pick another --port, or omit it to take a free one")
     layout.root.mkdir(parents=True, exist_ok=True)
-    try:
+    with torn_down_on_failure(layout.root, down):
         progress("provisioning the DUT state")
         if not (layout.config_dir / "procmgr").exists():
             tuning.provision(layout)
@@ -158,12 +158,7 @@ def up(root: str | os.PathLike[str], port: int = 0, patches: list[str] | None = 
         progress("starting the DUT (process manager + ssh)")
         info = _start_dutd(layout, port)
         profile_writer.write(layout, info_port=info, manifest=manifest)
-        state = BoardState.load(layout.data_dir)
-        state.record_flash(manifest.build_id)  # flashed, not yet verified
-        state.save(layout.data_dir)
-    except BaseException:
-        down(layout.root)
-        raise
+        layout.record_first_flash(manifest.build_id)
     return VlabInfo(root=str(layout.root), ssh=f"127.0.0.1:{info}", lab_toml=str(layout.lab_toml),
                     client_key=str(layout.client_key), git_hash=manifest.git_hash,
                     build_id=manifest.build_id, pids=_service_pids(layout), notes=notes)

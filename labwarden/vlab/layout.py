@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from labwarden.lab.statedir import StateDir
 
 SERVICES = ("stad", "stamon")
 """Processes the DUT's process manager starts and respawns, in start order."""
 
 
 @dataclass(frozen=True)
-class VlabLayout:
+class VlabLayout(StateDir):
     """Paths of a vlab state dir. The DUT's filesystem is the state dir itself: its paths are
-    absolute host paths, which the lab profile names like any real DUT's paths."""
-
-    root: Path
-
-    @classmethod
-    def at(cls, root: str | os.PathLike[str]) -> VlabLayout:
-        return cls(Path(root).expanduser().resolve())
+    absolute host paths, which the lab profile names like any real DUT's paths. What every local
+    lab keeps (src, builds, keys, logs, data, lab.toml) is StateDir's."""
 
     # DUT filesystem
     @property
@@ -62,22 +58,9 @@ class VlabLayout:
 
     # host side
     @property
-    def src(self) -> Path:
-        """Git repository of the firmware sources (what `build` checks out and patches)."""
-        return self.root / "src"
-
-    @property
-    def builds(self) -> Path:
-        return self.root / "builds"
-
-    @property
     def loadgen(self) -> Path:
         """The load side (station simulator); not part of the DUT image."""
         return self.root / "loadgen"
-
-    @property
-    def keys(self) -> Path:
-        return self.root / "keys"
 
     @property
     def host_key(self) -> Path:
@@ -92,14 +75,6 @@ class VlabLayout:
         return self.keys / "authorized_keys"
 
     @property
-    def known_hosts(self) -> Path:
-        return self.keys / "known_hosts"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
     def dutd_pid(self) -> Path:
         return self.run_dir / "dutd.pid"
 
@@ -110,15 +85,6 @@ class VlabLayout:
     @property
     def stasim_pid(self) -> Path:
         return self.run_dir / "stasim.pid"
-
-    @property
-    def data_dir(self) -> Path:
-        """labwarden's records for this lab (the profile's [lab] data_dir)."""
-        return self.root / "data"
-
-    @property
-    def lab_toml(self) -> Path:
-        return self.root / "lab.toml"
 
     def binary(self, name: str) -> Path:
         """The DUT's binary as the process manager resolves it: overlay first, like overlayfs."""

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 
-from labwarden.lab import uci
 from labwarden.vlab import firmware, tuning
 from labwarden.vlab.layout import SERVICES, VlabLayout
-
-
-def _q(value: str) -> str:
-    return json.dumps(value)  # a JSON string is a valid TOML basic string
-
+from labwarden.vlab.profile_sections import (
+    LEVERS,
+    gates_section,
+    lab_section,
+    target_section,
+    topology_section,
+)
+from labwarden.vlab.profile_sections import q as _q
+from labwarden.vlab.profile_sections import table as _table
 
 PROTECTED = ["stamon.c", "stasim.c", "stacli.c", "measure.sh", "costs.h", "work.c", "work.h"]
 """What a submitted patch may not touch on the vlab: the monitor (the offered load), the load
@@ -51,19 +54,12 @@ two calls moves the counters). A and B must print the same."""
 
 def write(layout: VlabLayout, info_port: int, manifest: firmware.BuildManifest) -> None:
     r = layout.root
-    factory = uci.load(tuning.factory_config_dir() / "wireless")
-    vaps = [s.name for s in factory if s.type == "wifi-iface"]
-    channels = {s.name: s.options["channel"] for s in factory if s.type == "wifi-device"}
     with open(str(layout.host_key) + ".pub") as f:
         host_key_line = f.read().strip()
     text = f"""# labwarden lab profile for the virtual lab in {r}
 # Written by `labwarden vlab up`; a real lab differs only in this file.
 
-[lab]
-name = "vlab"
-kind = "vlab"
-data_dir = {_q(str(layout.data_dir))}
-
+{lab_section("vlab", "vlab", layout.data_dir)}
 [dut]
 backend = "ssh"
 # every DUT command gets this environment (no login shell runs, so nothing else sets PATH)
@@ -91,7 +87,7 @@ kind = "vlab"
 repo = {_q(str(layout.src))}
 builds = {_q(str(layout.builds))}
 command = {json.dumps(firmware.COMMAND)}
-artifacts = {{ {", ".join(f"{_q(k)} = {_q(v)}" for k, v in firmware.DEPLOY.items())} }}
+artifacts = {_table(firmware.DEPLOY)}
 extra_outputs = {json.dumps(firmware.LOADGEN)}
 patches_dirs = {json.dumps([str(d) for d in firmware.patches_dirs(layout)])}
 baseline = {_q(manifest.build_id)}
@@ -114,33 +110,14 @@ radios = 6
 # in the steady cycle (measured: the first 1 s sample after associating is ~30% low, not after)
 settle_s = 1.0
 
-[target]
-process = "stad"
-prints_git_hash = true                 # `stad --version` prints its commit: fingerprint_verify checks it
-library = {_q(str(layout.rootfs / "usr" / "lib" / "libsta.so"))}
-suspects = ["stamon"]
-uprobes = {{ rpc_calls = "getStationStats", dm_write_txns = "dm_finalize_transaction" }}
-pidfiles = {{ {", ".join(f"{n} = {_q(str(layout.run_dir / (n + '.pid')))}" for n in SERVICES)} }}
-
+{target_section(str(layout.rootfs / "usr" / "lib" / "libsta.so"),
+                {n: str(layout.run_dir / (n + ".pid")) for n in SERVICES})}
 [readers]
 clients = ["stacli", "--socket", {_q(str(layout.socket))}, "count"]
 
-[topology]
-vaps = {json.dumps(vaps)}
-channels = {{ {", ".join(f"{k} = {_q(v)}" for k, v in channels.items())} }}
-reload = ["service", "stad", "restart"]
-
-[levers]
-trace_config = "trace"
-trace_reload = ["service", "stad", "restart"]
-monitor_config = "stamon"
-monitor_reload = ["service", "stamon", "restart"]
-
-[gates]
-load_drives_cpu = true                 # the daemon's CPU rises with its stations: cpu_monotonic applies
-unknown_frames_pct_max = 1.0
-rss_per_client_kb_max = 64.0
-
+{topology_section(tuning.factory_config_dir() / "wireless", ["service", "stad", "restart"])}
+{LEVERS}
+{gates_section()}
 [decision]
 # pre-registered: how an experiment decides (bench/decision.py measures its error rates)
 alpha = 0.02

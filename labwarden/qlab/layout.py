@@ -1,10 +1,13 @@
-"""Where the qlab keeps things: the image cache (shared, outside git) and a qlab's state dir."""
+"""Where the qlab keeps things: the image cache (shared, outside git) and a qlab's state dir
+(its layout: the paths every local lab keeps, lab/statedir.py, and the qlab's own)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from labwarden.lab.statedir import StateDir
 
 CACHE_ENV = "LABWARDEN_QLAB_CACHE"
 
@@ -19,14 +22,9 @@ def cache_dir() -> Path:
 
 
 @dataclass(frozen=True)
-class QlabLayout:
-    """Paths of a qlab state dir (the DUT's per-instance disks, the labgrid env, the profile)."""
-
-    root: Path
-
-    @classmethod
-    def at(cls, root: str | os.PathLike[str]) -> QlabLayout:
-        return cls(Path(root).expanduser().resolve())
+class QlabLayout(StateDir):
+    """Paths of a qlab state dir: the DUT's per-instance disks, the labgrid env, the daemon's
+    run files, and what every local lab keeps (StateDir)."""
 
     @property
     def env_yaml(self) -> Path:
@@ -39,10 +37,6 @@ class QlabLayout:
         return self.root / "client-env.yaml"
 
     @property
-    def lab_toml(self) -> Path:
-        return self.root / "lab.toml"
-
-    @property
     def flash_disk(self) -> Path:
         """The DUT's flash (QEMU drive serial lwflash): the firmware image sysupgrade writes."""
         return self.root / "flash.img"
@@ -53,30 +47,26 @@ class QlabLayout:
         return self.root / "data.img"
 
     @property
-    def run(self) -> Path:
+    def run_dir(self) -> Path:
         return self.root / "run"
 
     @property
     def daemon_pid(self) -> Path:
-        return self.run / "qlabd.pid"
+        return self.run_dir / "qlabd.pid"
 
     @property
     def qemu_pid(self) -> Path:
-        return self.run / "qemu.pid"
+        return self.run_dir / "qemu.pid"
 
     @property
     def socket(self) -> Path:
         """The daemon's control socket (state, transitions)."""
-        return self.run / "qlabd.sock"
+        return self.run_dir / "qlabd.sock"
 
     @property
     def state_file(self) -> Path:
         """The daemon's last reported state (JSON), for `qlab status` without a round trip."""
-        return self.run / "state.json"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
+        return self.run_dir / "state.json"
 
     @property
     def console_log(self) -> Path:
@@ -86,24 +76,3 @@ class QlabLayout:
     @property
     def daemon_log(self) -> Path:
         return self.logs / "qlabd.log"
-
-    @property
-    def keys(self) -> Path:
-        return self.root / "keys"
-
-    @property
-    def known_hosts(self) -> Path:
-        return self.keys / "known_hosts"
-
-    @property
-    def src(self) -> Path:
-        """Git repository of the firmware sources (as the vlab's)."""
-        return self.root / "src"
-
-    @property
-    def builds(self) -> Path:
-        return self.root / "builds"
-
-    @property
-    def data_dir(self) -> Path:
-        return self.root / "data"
