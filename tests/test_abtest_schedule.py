@@ -1,7 +1,7 @@
 """The adaptive A/B's schedule (tools/abtest.AB.run): which arm is measured when, how many windows
 each look has, and when it stops. The lab is replaced by scripted windows (`_segment` is
 overridden, the context is a stub): this checks the schedule only. The same code on a real lab
-runs in tests/test_loop_experiments.py and bench/loop_throughput.py, where whether a second look
+runs in tests/test_loop_vlab.py and bench/loop_throughput.py, where whether a second look
 happens depends on the lab's noise -- so the adding of windows is pinned here."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ behind Debian's dropbear with busybox ash, `[load] kind = "none"`, no `[decision
 clients reader, no offered-load counter, no parity check -- runs the same things the vlab does:
 
 - the overnight loop (`labwarden loop` against the suite's stand-in Messages API, the same as the
-  vlab's in tests/test_loop_experiments.py): it starts from lab_status, reads the source, writes a
+  vlab's in tests/test_loop_vlab.py): it starts from lab_status, reads the source, writes a
   NEW patch for this lab's own hotspot (match_rule's tolower per byte) -> kept, improved, no gate
   failed; a no-op -> refuted ("same"); a patch that makes logfilt slower -> dropped, "regressed";
   the summary and the report name this lab's own counter (`lines`) and workload;

@@ -16,7 +16,7 @@ writes six patches:
   added windows -- the adding itself is pinned in tests/test_abtest_schedule.py), so refuted;
 - every station's HAL round trips made twice: slower, so dropped as "regressed".
 
-The same script on a lab without clients (the second firmware) is tests/test_judge_any_lab.py.
+The same script on a lab without clients (the second firmware) is tests/test_loop_logfilt.py.
 
 The morning report and summary list all of them with their numbers. Short windows (2 s), two
 densities and the rule's cap keep it at a few minutes on 2 cores.

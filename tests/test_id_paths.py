@@ -130,7 +130,7 @@ async def test_patch_ids_and_paths_are_contained(lab: VlabLayout, session: LabSe
     # the control: the same bytes as a real file in the patch directory are applied and built
     (planted / "0999-evil.patch").unlink()
     (planted / "0999-evil.patch").write_bytes(evil.read_bytes())
-    try:  # its line runs -- confined (tests/test_holes_builds.py): the host path is not there
+    try:  # its line runs -- confined (tests/test_build_confinement.py): the host path is not there
         with pytest.raises(builder.BuildError) as ran:
             builder.build(builder.recipe_of(session.profile.build,
                                             session.profile.dut.paths.rootfs), ["0999"])
