@@ -19,7 +19,7 @@ import pytest
 
 from labwarden.core.call import ToolCallRecord
 from labwarden.lab.config import LabProfile
-from labwarden.lab.dut import helpers
+from labwarden.lab.dut import helper_programs
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from labwarden.tools import attribute
@@ -172,7 +172,7 @@ async def test_helper_refuses_wrong_starttime(lab: VlabLayout) -> None:
     pid = _pid(lab, "stamon")
     prof = LabProfile.from_file(lab.lab_toml)
     async with open_lab(prof) as ctx:
-        helper = await helpers.ensure(ctx.device, prof, "lw-pause")
+        helper = await helper_programs.ensure(ctx.device, prof, "lw-pause")
         res = await ctx.device.exec([helper, str(pid), "12345", "1000"])
         assert res.exit_status == 2 and "start time differs" in res.stderr
         res = await ctx.device.exec([helper, "1", "0", "1000"])
@@ -183,12 +183,12 @@ async def test_helper_refuses_wrong_starttime(lab: VlabLayout) -> None:
 async def test_upload_is_cached_by_sha256(lab: VlabLayout) -> None:
     prof = LabProfile.from_file(lab.lab_toml)
     async with open_lab(prof) as ctx:
-        path = await helpers.ensure(ctx.device, prof, "lw-pause")
+        path = await helper_programs.ensure(ctx.device, prof, "lw-pause")
         mtime = os.stat(path).st_mtime_ns
-        assert await helpers.ensure(ctx.device, prof, "lw-pause") == path
+        assert await helper_programs.ensure(ctx.device, prof, "lw-pause") == path
         assert os.stat(path).st_mtime_ns == mtime, "re-uploaded although unchanged"
         Path(path).write_bytes(b"changed")
-        await helpers.ensure(ctx.device, prof, "lw-pause")
+        await helper_programs.ensure(ctx.device, prof, "lw-pause")
         assert Path(path).read_bytes() != b"changed" and os.access(path, os.X_OK)
 
 
@@ -198,7 +198,7 @@ async def test_deadline_resumes_without_release(lab: VlabLayout) -> None:
     start = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
     prof = LabProfile.from_file(lab.lab_toml)
     async with open_lab(prof) as ctx:
-        helper = await helpers.ensure(ctx.device, prof, "lw-pause")
+        helper = await helper_programs.ensure(ctx.device, prof, "lw-pause")
         t0 = time.monotonic()
         task = asyncio.create_task(ctx.device.exec([helper, str(pid), start, "1500"]))
         await _until(lambda: not _running(pid), 2)

@@ -21,7 +21,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from labwarden.lab.conditions import clk_tck, clk_tck_from_auxv, clk_tck_from_uptime
-from labwarden.lab.dut import helpers, kstat, pids, sampler
+from labwarden.lab.dut import helper_programs, kstat, pids, sampler
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.jobs import DutJobs
 from labwarden.vlab import stockssh
@@ -137,11 +137,11 @@ def test_helper_built_with_the_profiles_cross_compiler(tmp_path: Path) -> None:
     cc, strip = "aarch64-linux-gnu-gcc", "aarch64-linux-gnu-strip"
     if shutil.which(cc) is None or shutil.which(strip) is None:
         stockdut.cannot_run(f"{cc} is not installed (apt-get install gcc-aarch64-linux-gnu)")
-    binary = helpers.build("lw-pause", tmp_path, compiler=cc, strip=strip)
+    binary = helper_programs.build("lw-pause", tmp_path, compiler=cc, strip=strip)
     assert _machine(binary) == "EM_AARCH64"
     with binary.open("rb") as f:
         assert ELFFile(f).get_section_by_name(".symtab") is None  # stripped by the toolchain
-    native = helpers.build("lw-pause", tmp_path)
+    native = helper_programs.build("lw-pause", tmp_path)
     assert native != binary and _machine(native) == "EM_X86_64"
     qemu = shutil.which("qemu-aarch64")
     if qemu is None:
@@ -152,6 +152,6 @@ def test_helper_built_with_the_profiles_cross_compiler(tmp_path: Path) -> None:
 
 
 def test_a_missing_cross_compiler_names_the_key(tmp_path: Path) -> None:
-    with pytest.raises(helpers.HelperBuildError) as err:
-        helpers.build("lw-pause", tmp_path, compiler="mips-openwrt-linux-gcc")
+    with pytest.raises(helper_programs.HelperBuildError) as err:
+        helper_programs.build("lw-pause", tmp_path, compiler="mips-openwrt-linux-gcc")
     assert "[build] cc" in err.value.remedy

@@ -26,7 +26,7 @@ from labwarden.lab.dut import procs, sampler
 from labwarden.lab.dut.commands import RunResult
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.errors import DeviceError
-from labwarden.lab.dut.helpers import ensure
+from labwarden.lab.dut.helper_programs import ensure
 from labwarden.lab.dut.jobs import DutJobs
 from labwarden.lab.dut.procs import ProcInstance
 from labwarden.lab.procfs import parse_stat

@@ -1,4 +1,4 @@
-"""DUT-side helpers (C sources beside this module: lw_pause.c): built on the host, uploaded to
+"""DUT-side helper programs (C sources beside this module: lw_pause.c): built on the host, uploaded to
 the DUT's tmp dir.
 
 A helper is built once per (source, compiler) into the lab's data dir and uploaded by SFTP only
