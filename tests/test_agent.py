@@ -323,7 +323,7 @@ def test_summary_keeps_only_what_improved_and_passed_the_gates(tmp_path: Path) -
             _called("gate_check", {}, {"sweep_id": "swp-b", "passed": True, "failed": []}),
             _called("build", {"patches": ["0905"]}, {"build_id": "b0905"}),
             _sweep("swp-c", "b0905", [10.0, 20.0, 30.1]),
-            _compare("swp-a", "swp-c", "no change", (30.0, 30.1)),
+            _compare("swp-a", "swp-c", "same", (30.0, 30.1)),
             _called("gate_check", {}, {"sweep_id": "swp-c", "passed": True, "failed": []}),
             _called("build", {"patches": ["0999"]}, {"build_id": "b0999"}),
             _sweep("swp-d", "b0999", [5.0, 4.0, 3.0]),
@@ -338,7 +338,7 @@ def test_summary_keeps_only_what_improved_and_passed_the_gates(tmp_path: Path) -
     assert "b0901 (patches 0901)" in kept
     assert "30.00% -> 20.00% at 114 clients (-10.00 pp, -33.3%, p=0.001)" in kept
     assert "0905" not in kept and "0999" not in kept
-    assert "b0905 (patches 0905)" in dropped and "compare: no change" in dropped
+    assert "b0905 (patches 0905)" in dropped and "compare: same" in dropped
     assert "b0999 (patches 0999)" in dropped and "gates failed: cpu_monotonic" in dropped
     assert "> DONE: kept 0901, 0905 and 0999 too" in md  # quoted as the model's claim
 

@@ -1,5 +1,5 @@
 """Seed 000's verdicts, measured at 114 clients on the vlab: 0901 vs baseline and 0902 vs 0901
-improve, 0905 vs its base is no change (and its function is at 0% of samples); gate_check passes
+improve, 0905 vs its base is the same (and its function is at 0% of samples); gate_check passes
 on each sweep and names the gate that fails when a condition is broken on purpose."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ AT_114 = {**SWEEP, "densities": [114]}
 """The middle stages' sweeps: their verdicts are at 114; the curve (and cpu_monotonic with it)
 is the baseline's and the last stage's, whose gates are broken on purpose below."""
 MIN_EFFECT = 10.0
-"""The equivalence margin: a smaller change is 'no change'. A patched build moves code, and on
+"""The equivalence margin: a smaller change is 'same'. A patched build moves code, and on
 this vlab a move alone shifts CPU by about +/-7% (0905, whose function never runs, measured +7.4%
 in one run and -7% in another); the fixes are -35%. The refutation of 0905 is its 0% share."""
 
@@ -64,7 +64,7 @@ async def test_story_at_114(lab: VlabLayout) -> None:
         verdicts = [await _cmp(ctx, base, s0901), await _cmp(ctx, s0901, s0902),
                     await _cmp(ctx, s0902, s0905)]
         means = [s["points"][-1]["cpu_mean"] for s in (base, s0901, s0902, s0905)]
-        assert verdicts == ["improved", "improved", "no change"], (verdicts, means)
+        assert verdicts == ["improved", "improved", "same"], (verdicts, means)
         sym = await _ok(ctx, "symbolize", {"profile_id": s0905["points"][-1]["profile_id"],
                                            "functions": ["hal_get_all_stations_bulk"]})
         assert len(json.dumps(sym)) < 8000

@@ -1,5 +1,5 @@
 """compare: A/B of two sweeps -- per density the delta in pp and %, Welch's t-test over the
-reps, and a verdict: improved / regressed / no change / inconclusive.
+reps, and a verdict in the experiment's words: improved / regressed / same / unknown.
 
 Read-only (records on the host). Refuses to compare sweeps whose checked conditions differ
 (governor, boost, CLK_TCK, topology, host, target): the build is the only thing allowed to change.
@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Literal
 
 from pydantic import BaseModel, Field
 from scipy import stats
 
 from labwarden.core.conditions import Conditions
-from labwarden.core.decision import pct_interval
+from labwarden.core.decision import Verdict, pct_interval
 from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.tools.context import LabContext
-
-Verdict = Literal["improved", "regressed", "no change", "inconclusive"]
 
 
 class CompareInput(ToolInput):
@@ -33,7 +30,9 @@ class CompareInput(ToolInput):
                                   "a smaller one is 'no change' (an equivalence margin)")
 
 
-class DensityDelta(BaseModel):
+class PointDelta(BaseModel):
+    """A and B at one workload point of the two sweeps."""
+
     stations: int
     baseline_mean: float
     candidate_mean: float
@@ -51,11 +50,14 @@ class CompareOutput(BaseModel):
     candidate: str
     baseline_build: str | None
     candidate_build: str | None
-    deltas: list[DensityDelta]
+    deltas: list[PointDelta]
     verdict: Verdict = Field(description="at the densest common point")
 
 
-def judge(a: list[float], b: list[float], alpha: float, min_effect_pct: float) -> DensityDelta:
+def welch_delta(a: list[float], b: list[float], alpha: float, min_effect_pct: float) -> PointDelta:
+    """Welch's test of two sweeps' reps at one point, with `min_effect_pct` as the equivalence
+    margin. A fixed-n comparison of two finished sweeps; an experiment's adaptive A/B decides by
+    its pre-registered rule instead (core/decision.judge), in the same words."""
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     delta = mb - ma
     pct = 100.0 * delta / ma if ma else math.inf
@@ -77,19 +79,19 @@ def judge(a: list[float], b: list[float], alpha: float, min_effect_pct: float) -
     margin = abs(ma) * min_effect_pct / 100.0
     verdict: Verdict
     if p is None:
-        verdict = "inconclusive"
+        verdict = "unknown"
     elif ci is not None and -margin < ci[0] and ci[1] < margin:
-        verdict = "no change"  # the whole CI sits inside the equivalence margin
+        verdict = "same"  # the whole CI sits inside the equivalence margin
     elif p < alpha and pct <= -min_effect_pct:
         verdict = "improved"  # lower CPU is better
     elif p < alpha and pct >= min_effect_pct:
         verdict = "regressed"
     elif abs(pct) < min_effect_pct and p >= alpha:
-        verdict = "no change"
+        verdict = "same"
     else:
-        verdict = "inconclusive"
+        verdict = "unknown"
     pct_ci = pct_interval(a, b, 0.95)
-    return DensityDelta(stations=0, baseline_mean=round(ma, 3), candidate_mean=round(mb, 3),
+    return PointDelta(stations=0, baseline_mean=round(ma, 3), candidate_mean=round(mb, 3),
                         delta_pp=round(delta, 3), delta_pct=round(pct, 2),
                         p_value=None if p is None else round(p, 6), ci95_pp=ci,
                         ci95_pct=(round(pct_ci[0], 2), round(pct_ci[1], 2)) if pct_ci else None,
@@ -116,7 +118,7 @@ async def run(ctx: LabContext, inp: CompareInput) -> CompareOutput:
         pb = bpoints.get(pa.stations)
         if pb is None:
             continue
-        d = judge(pa.cpu_per_rep, pb.cpu_per_rep, inp.alpha, inp.min_effect_pct)
+        d = welch_delta(pa.cpu_per_rep, pb.cpu_per_rep, inp.alpha, inp.min_effect_pct)
         deltas.append(d.model_copy(update={"stations": pa.stations}))
     if not deltas:
         raise ToolError("invalid_input", "the sweeps share no density",
