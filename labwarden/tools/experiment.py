@@ -20,9 +20,8 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from labwarden.core.decision import Verdict
 from labwarden.core.errors import LabError, ToolError
 from labwarden.core.events import ModelCall, ToolCalled
 from labwarden.core.experiments import Cost, Decision, DensityDelta, Experiment, FunctionDelta, GateResult
@@ -33,6 +32,7 @@ from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
 from labwarden.lab.host.builds import compiled, load_manifest, recipe
 from labwarden.lab.host.patchstore import PatchStore, ProtectedArtifact, lab_patches
+from labwarden.results.experiment import ExperimentOutput
 from labwarden.tools import abtest, parity
 from labwarden.tools.context import LabContext
 from labwarden.transcripts import pricing
@@ -44,37 +44,6 @@ class ExperimentInput(ToolInput):
     base_patches: list[str] | None = Field(None, max_length=16, description="A's patches (default: "
                                            "the base the patch was submitted on)")
     ref: str | None = Field(None, max_length=100, description="git ref (default: the patch's)")
-
-
-class ExperimentOutput(BaseModel):
-    experiment_id: str
-    patch: str
-    decision: Decision
-    reason: str
-    verdict: Verdict | None = Field(description="the decision rule at the densest point")
-    stations: int | None = Field(description="the workload point screened (clients, streams; 0 "
-                                 "on a DUT without a load)")
-    mean_a: float | None = Field(description="metric of A at the densest point (CPU %)")
-    mean_b: float | None
-    delta_pct: float | None
-    ci_pct: tuple[float, float] | None = Field(description="confidence interval of delta_pct "
-                                               "(1 - alpha per look): 'improved' or 'regressed' "
-                                               "when it excludes 0")
-    equivalence_pct: tuple[float, float] | None = Field(description="equivalence interval of "
-                                                        "delta_pct (1 - 2 beta per look): 'same' "
-                                                        "when it lies inside +-min_effect_pct")
-    windows: tuple[int, int] | None = Field(description="windows of A and B the rule needed")
-    offered_load: str | None = Field(description="the offered-load gate's evidence")
-    gates_failed: list[str]
-    gates_not_applicable: list[str] = Field(default_factory=list, description="gates whose "
-                                            "evidence this lab cannot give: they neither pass "
-                                            "nor block a keep (the reason is in the record)")
-    build_a: str | None
-    build_b: str | None
-    sweep_a: str | None
-    sweep_b: str | None
-    cost_usd: float
-    lab_seconds: float
 
 
 def _cost(ctx: LabContext, since_tool: str) -> Cost:

@@ -17,25 +17,19 @@ the densest point's perf.data when it is not yet symbolized).
 from __future__ import annotations
 
 from itertools import pairwise
-from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from labwarden.core.conditions import verified_evidence
-from labwarden.core.experiments import GateResult
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
-from labwarden.lab.saturation import SaturateRecord
+from labwarden.results.gate_check import Gate, GateOutput
+from labwarden.results.saturate import SaturateRecord
 from labwarden.tools import parity, saturation_gates
 from labwarden.tools.context import LabContext
-
-GateName = Literal["cpu_monotonic", "unknown_frames", "assoc_matches_datamodel",
-                   "conditions_verified", "rss_bounded", "functional_parity",
-                   "offered_load_parity", "declared_parity", "saturation_confirmed",
-                   "load_on_target", "same_question"]
 
 
 class GateInput(ToolInput):
@@ -63,20 +57,6 @@ class GateInput(ToolInput):
         if self.baseline_saturate_id is not None and self.saturate_id is None:
             raise ValueError("baseline_saturate_id goes with saturate_id")
         return self
-
-
-class Gate(GateResult):
-    """A gate of gate_check: one of GateName, with core/experiments' one status."""
-
-    name: GateName
-
-
-class GateOutput(BaseModel):
-    sweep_id: str = Field(description="the record judged: a sweep (swp-) or a saturation run (sat-)")
-    passed: bool = Field(description="no gate failed (not-applicable gates are listed apart)")
-    failed: list[GateName]
-    not_applicable: list[GateName] = Field(default_factory=list)
-    gates: list[Gate]
 
 
 async def _unknown_pct(ctx: LabContext, rec: SweepRecord, store: RecordStore) -> tuple[float | None, str]:

@@ -15,7 +15,7 @@ import statistics
 from datetime import UTC, datetime
 from typing import Annotated
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
 from labwarden.core.measurements import ProfileRecord, SweepPoint, SweepRecord
 from labwarden.core.records import RecordStore
@@ -23,6 +23,7 @@ from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import features
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
+from labwarden.results.sweep import SweepOutput
 from labwarden.tools import parity
 from labwarden.tools.context import LabContext
 
@@ -50,16 +51,6 @@ class SweepInput(ToolInput):
         if v is not None and (any(d < 0 for d in v) or v != sorted(set(v))):
             raise ValueError("densities must be distinct, >= 0 and ascending, e.g. [18, 60, 114]")
         return v
-
-
-class SweepOutput(BaseModel):
-    sweep_id: str
-    label: str | None
-    build_id: str | None
-    points: list[SweepPoint]
-    cleanup_count: int | None = Field(description="the DUT's client count after disassociating "
-                                      "(None: the DUT has no clients reader)")
-    idle_note: str | None
 
 
 IDLE_NOTE = ("the load has no traffic to stop: every window runs the held workload as it is (on "
