@@ -12,8 +12,11 @@ from typing import Any
 
 import pytest
 
+from labwarden.core.experiments import Experiment, FlameRef
 from labwarden.core.measurements import ProfileRecord, SweepPoint, SweepRecord
 from labwarden.core.records import FORMAT_KEY, RECORD_FORMAT, RecordStore, RecordUnreadable
+from labwarden.report import data as report_data
+from labwarden.report import render
 from labwarden.server import browse
 
 OLD_PROFILE: dict[str, Any] = {
@@ -60,6 +63,24 @@ def test_a_record_written_before_formats_reads_as_format_1(tmp_path: Path) -> No
     assert rec.windows[0].cpu_pct == 1.0 and rec.windows[0].kernel is None
 
 
+
+def test_an_experiment_record_written_before_reads_its_flame_graph_as_a_model(tmp_path: Path) -> None:
+    """Its flame graph was a plain dict (now a FlameRef, with the same keys), or an error."""
+    store = RecordStore(tmp_path)
+    exp: dict[str, Any] = {"id": "exp-000000000001", "patch": "0901", "ref": "HEAD",
+                           "started_at": "2026-11-20T00:00:00Z", "decision": "kept", "reason": "r",
+                           "flame": {"profile_id": "prof-000000000001", "key": "k", "svg": "/x.svg",
+                                     "diff_svg": None, "stations": 114, "samples": 9,
+                                     "unknown_pct": 0.5}}
+    _plant(store, "exp", "exp-000000000001", exp)
+    _plant(store, "exp", "exp-000000000002", {**exp, "id": "exp-000000000002",
+                                               "flame": {"error": "no perf.data"}})
+    got = store.load("exp", "exp-000000000001", Experiment)
+    assert got.flame == FlameRef(profile_id="prof-000000000001", key="k", svg="/x.svg",
+                                 stations=114, samples=9, unknown_pct=0.5)
+    assert store.load("exp", "exp-000000000002", Experiment).flame == FlameRef(error="no perf.data")
+
+
 @pytest.mark.parametrize("fmt", [RECORD_FORMAT + 1, 0, "1", None, True])
 def test_a_record_of_another_format_is_refused_naming_the_file(tmp_path: Path, fmt: Any) -> None:
     store = RecordStore(tmp_path)
@@ -98,3 +119,31 @@ def test_mcp_browse_lists_a_newer_record_as_unreadable(tmp_path: Path) -> None:
     listed = {r.name: r.description for r in browse._records(tmp_path, "sweeps")}
     assert listed["swp-00000000000b"] == "a record this labwarden cannot read"
     assert listed["swp-00000000000a"] != "a record this labwarden cannot read"
+
+
+def test_the_report_leaves_out_a_newer_record_and_says_so(tmp_path: Path) -> None:
+    """A sweep call whose record is of a newer format: the report is written without its curve
+    and names the file."""
+    from labwarden.core.call import ToolCallRecord
+    from labwarden.core.events import ToolCalled
+    from labwarden.results.sweep import SweepOutput
+    from labwarden.transcripts.store import TranscriptStore
+
+    store = RecordStore(tmp_path)
+    good, newer = _sweep("swp-00000000000a", "baseline"), _sweep("swp-00000000000b", "later")
+    store.save("swp", good.id, good)
+    path = store.save("swp", newer.id, newer)
+    path.write_text(json.dumps({**json.loads(path.read_text()), FORMAT_KEY: RECORD_FORMAT + 1}))
+    _plant(store, "prof", "prof-000000000001", OLD_PROFILE)
+    with TranscriptStore(tmp_path / "t.db") as ts:
+        sid = ts.start_session("test")
+        for rec in (good, newer):
+            out = SweepOutput(sweep_id=rec.id, label=rec.label, build_id=rec.build_id,
+                              points=rec.points, cleanup_count=0, idle_note=None)
+            ts.append(sid, ToolCalled.of(ToolCallRecord(tool="sweep", args={}, ok=True,
+                                                        result=out.model_dump(mode="json"))))
+        d = report_data.collect(ts, sid, tmp_path, "t")
+    assert [s.label for s in d.stages] == ["baseline"]
+    assert len(d.unreadable) == 1 and str(path) in d.unreadable[0]
+    html = render.render(d)
+    assert 'id="unreadable"' in html and str(path) in html

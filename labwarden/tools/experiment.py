@@ -24,7 +24,15 @@ from pydantic import Field
 
 from labwarden.core.errors import LabError, ToolError
 from labwarden.core.events import ModelCall, ToolCalled
-from labwarden.core.experiments import Cost, Decision, DensityDelta, Experiment, FunctionDelta, GateResult
+from labwarden.core.experiments import (
+    Cost,
+    Decision,
+    DensityDelta,
+    Experiment,
+    FlameRef,
+    FunctionDelta,
+    GateResult,
+)
 from labwarden.core.measurements import SweepRecord
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
@@ -134,14 +142,13 @@ async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels
         sym = await ctx.call("symbolize", {"profile_id": b.points[-1].profile_id,
                                            "baseline_profile_id": a.points[-1].profile_id,
                                            "top": 8})
-        exp.flame = {"profile_id": sym.profile_id, "baseline_profile_id": a.points[-1].profile_id,
-                     "key": sym.key, "svg": getattr(sym, "svg", None),
-                     "diff_svg": getattr(sym, "diff_svg", None),
-                     "baseline_svg": getattr(sym, "baseline_svg", None),
-                     "stations": sym.stations, "samples": sym.samples, "unknown_pct": sym.unknown_pct}
+        exp.flame = FlameRef(profile_id=sym.profile_id, baseline_profile_id=a.points[-1].profile_id,
+                             key=sym.key, svg=sym.svg, diff_svg=sym.diff_svg,
+                             baseline_svg=sym.baseline_svg, stations=sym.stations,
+                             samples=sym.samples, unknown_pct=sym.unknown_pct)
         exp.flame_deltas = [FunctionDelta.model_validate(d.model_dump()) for d in sym.top_deltas[:6]]
     except LabError as exc:  # a flame graph is evidence, not a gate: say why it is missing
-        exp.flame = {"error": exc.problem}
+        exp.flame = FlameRef(error=exc.problem)
 
 
 def _decide(exp: Experiment, where: str) -> tuple[Decision, str]:

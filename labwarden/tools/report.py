@@ -43,7 +43,7 @@ async def run(ctx: LabContext, inp: ReportInput) -> ReportOutput:
     path = render.write(d, within(ctx.data_dir / "reports", f"{inp.name}.html", what="name"))
     await ctx.report(2, 2, f"report written: {path}")
     return ReportOutput(path=str(path), stages=[s.label for s in d.stages],
-                        comparisons=len(d.compares), gates_passed=[not g["failed"] for g in d.gates],
+                        comparisons=len(d.compares), gates_passed=[not g.failed for g in d.gates],
                         bytes=path.stat().st_size)
 
 
