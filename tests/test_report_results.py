@@ -104,3 +104,57 @@ def test_every_section_is_drawn_from_the_results_models(tmp_path: Path) -> None:
     assert "chain-200 (udp up 1200 B)" in html and 'id="traffic-plot"><svg' in html
     assert html.count('class="saturation-row"') == 1 and 'id="saturation-plot"><svg' in html
     assert "40000" in html and ">confirmed<" in html and "busiest core at 95%" in html
+
+
+def test_a_kept_experiment_brings_its_curves_and_its_differential_flame_graph(tmp_path: Path) -> None:
+    """The experiment call's output names its record; the record's FlameRef gives the before,
+    after and differential SVGs (inside symbolized/: embedded; a path outside it: dropped)."""
+    from labwarden.core.experiments import Experiment, FlameRef, FunctionDelta
+    from labwarden.results.experiment import ExperimentOutput
+
+    records = RecordStore(tmp_path)
+    a, b = _sweep("swp-00000000001a", "", 30.0), _sweep("swp-00000000001b", "", 20.0)
+    for rec in (a, b):
+        records.save("swp", rec.id, rec.model_copy(update={"label": None}))
+    sym = tmp_path / "symbolized" / "k1"
+    sym.mkdir(parents=True)
+    svgs = {}
+    for name in ("flame", "diff", "base"):
+        svgs[name] = sym / f"{name}.svg"
+        svgs[name].write_text(f'<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg">{name}</svg>')
+    outside = tmp_path / "elsewhere.svg"
+    outside.write_text("<svg>outside</svg>")
+    exp = Experiment(id="exp-00000000001c", patch="bulk-pull-1", patch_name="bulk-pull", ref="HEAD",
+                     started_at=datetime.now(UTC), sweep_a=a.id, sweep_b=b.id, decision="kept",
+                     reason="improved", flame=FlameRef(
+                         profile_id="prof-000000000001", baseline_profile_id="prof-000000000002",
+                         key="k1", svg=str(svgs["flame"]), diff_svg=str(svgs["diff"]),
+                         baseline_svg=str(svgs["base"]), stations=18, samples=900, unknown_pct=0.4),
+                     flame_deltas=[FunctionDelta(symbol="wld_ad_syncInfo", base_pct=40.0, new_pct=5.0,
+                                                 delta_pp=-35.0)])
+    elsewhere = exp.model_copy(update={"id": "exp-00000000001d", "flame": FlameRef(
+        profile_id="prof-000000000001", baseline_profile_id="prof-000000000002",
+        svg=str(outside), diff_svg=str(outside), baseline_svg=str(outside))})
+    for x in (exp, elsewhere):
+        records.save("exp", x.id, x)
+    with TranscriptStore(tmp_path / "t.db") as store:
+        sid = store.start_session("test")
+        for x in (elsewhere, exp):
+            store.append(sid, _call("experiment", ExperimentOutput(
+                experiment_id=x.id, patch=x.patch, decision="kept", reason="improved",
+                verdict="improved", stations=18, mean_a=30.0, mean_b=20.0, delta_pct=-33.3,
+                ci_pct=(-40.0, -25.0), equivalence_pct=None, windows=(3, 3), offered_load=None,
+                gates_failed=[], build_a="b1", build_b="b2", sweep_a=a.id, sweep_b=b.id,
+                cost_usd=0.0, lab_seconds=60.0)))
+        d = report_data.collect(store, sid, tmp_path, "kept")
+    assert [s.label for s in d.stages] == ["bulk-pull base", "bulk-pull"]
+    assert [x.id for x in d.experiments] == [elsewhere.id, exp.id]
+    dropped, kept = d.symbolized
+    assert dropped.svg is None and dropped.diff_svg is None  # outside symbolized/: never read
+    assert kept.diff_svg == str(svgs["diff"].resolve()) and kept.samples == 900
+    assert [t.symbol for t in kept.top_deltas] == ["wld_ad_syncInfo"]
+    html = render.render(d)
+    assert html.count("<iframe") == 3, "before, after and differential"
+    assert "outside" not in html
+    assert "profile prof-000000000001 at 18 clients, 900 samples, 0.4% unknown frames" in html
+    assert "<code>wld_ad_syncInfo</code>" in html
