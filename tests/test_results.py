@@ -4,15 +4,23 @@ loop's summary and the playbook runner read. Real models, a real transcript stor
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any, cast
+
 import pytest
 from pydantic import BaseModel
 
 from labwarden import results
 from labwarden.core.call import ToolCallRecord, ToolFailure
-from labwarden.core.spec import ToolInput, ToolSpec
+from labwarden.core.errors import ToolError
+from labwarden.core.spec import Requirement, ToolInput, ToolSpec
+from labwarden.lab.config import LabProfile
+from labwarden.lab.dut.device import Device
 from labwarden.results import UnreadableResult, output_of
 from labwarden.results.compare import CompareOutput, DensityDelta
+from labwarden.results.sweep import SweepOutput
 from labwarden.tools import registry
+from labwarden.tools.context import LabContext
 
 
 def _compare() -> CompareOutput:
@@ -78,3 +86,28 @@ def test_a_tool_registered_at_run_time_reads_as_its_model() -> None:
     finally:
         registry.unregister("echo_for_results")
     assert results.model_of("echo_for_results") is None
+
+
+@pytest.mark.anyio
+async def test_a_nested_call_returns_the_output_model_asked_for(tmp_path: Path) -> None:
+    """`ctx.call(name, args, Model)`: the nested call's output, typed as that model; any other
+    model is an internal error naming both. The door is a stand-in for the session's runner
+    (what the runner returns is tested through real sessions in test_tool_by_spec)."""
+    out = _compare()
+
+    class Door:
+        async def call(self, ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCallRecord:
+            return ToolCallRecord(tool=name, args=args, ok=True,
+                                  result=out.model_dump(mode="json"), output=out)
+
+        async def heal(self, ctx: LabContext, requires: frozenset[Requirement] | None) -> list[str]:
+            return []
+
+    ctx = LabContext(profile=cast(LabProfile, None), device=cast(Device, None), data_dir=tmp_path,
+                     door=Door())
+    got = await ctx.call("compare", {"baseline": "a", "candidate": "b"}, CompareOutput)
+    assert got is out and got.deltas[-1].verdict == "improved"
+    with pytest.raises(ToolError) as exc:
+        await ctx.call("compare", {"baseline": "a", "candidate": "b"}, SweepOutput)
+    assert exc.value.kind == "internal"
+    assert "returned CompareOutput, not SweepOutput" in exc.value.problem

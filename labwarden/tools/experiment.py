@@ -40,7 +40,11 @@ from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
 from labwarden.lab.host.builds import compiled, load_manifest, recipe
 from labwarden.lab.host.patchstore import PatchStore, ProtectedArtifact, lab_patches
+from labwarden.results.compare import CompareOutput
 from labwarden.results.experiment import ExperimentOutput
+from labwarden.results.gate_check import GateOutput
+from labwarden.results.sweep import SweepOutput
+from labwarden.results.symbolize import SymbolizeOutput
 from labwarden.tools import abtest, parity
 from labwarden.tools.context import LabContext
 from labwarden.transcripts import pricing
@@ -117,8 +121,8 @@ async def _sweep(ctx: LabContext, build: str, label: str) -> str:
     await abtest.switch_to(ctx, build)
     out = await ctx.call("sweep", {"densities": load_drivers.points(ctx.profile),
                                    "reps": dec.sweep_reps, "window_s": dec.window_s, "perf": True,
-                                   "label": label, "settle_s": dec.settle_s})
-    return str(out.sweep_id)
+                                   "label": label, "settle_s": dec.settle_s}, SweepOutput)
+    return out.sweep_id
 
 
 async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels: tuple[str, str]) -> None:
@@ -127,12 +131,13 @@ async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels
     await ctx.report(3, 5, "survivor: full sweeps of A and B")
     exp.sweep_a = await _a_sweep(ctx, store, exp.build_a, labels[0])
     exp.sweep_b = await _sweep(ctx, exp.build_b, labels[1])
-    cmp = await ctx.call("compare", {"baseline": exp.sweep_a, "candidate": exp.sweep_b})
+    cmp = await ctx.call("compare", {"baseline": exp.sweep_a, "candidate": exp.sweep_b},
+                         CompareOutput)
     exp.deltas = [DensityDelta(stations=d.stations, a_mean=d.baseline_mean, b_mean=d.candidate_mean,
                                delta_pct=d.delta_pct, p_value=d.p_value) for d in cmp.deltas]
     await ctx.report(4, 5, "gates")
     gates = await ctx.call("gate_check", {"sweep_id": exp.sweep_b,
-                                          "baseline_sweep_id": exp.sweep_a})
+                                          "baseline_sweep_id": exp.sweep_a}, GateOutput)
     screened = {x.name for x in exp.gates}  # the parity gates again, now on the full sweeps
     exp.gates += [GateResult(name=g.name, passed=g.passed, status=g.status,
                              evidence=("full sweep: " if g.name in screened else "") + g.evidence)
@@ -141,7 +146,7 @@ async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels
     try:
         sym = await ctx.call("symbolize", {"profile_id": b.points[-1].profile_id,
                                            "baseline_profile_id": a.points[-1].profile_id,
-                                           "top": 8})
+                                           "top": 8}, SymbolizeOutput)
         exp.flame = FlameRef(profile_id=sym.profile_id, baseline_profile_id=a.points[-1].profile_id,
                              key=sym.key, svg=sym.svg, diff_svg=sym.diff_svg,
                              baseline_svg=sym.baseline_svg, stations=sym.stations,

@@ -28,6 +28,7 @@ from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
 from labwarden.results.gate_check import Gate, GateOutput
 from labwarden.results.saturate import SaturateRecord
+from labwarden.results.symbolize import SymbolizeOutput
 from labwarden.tools import parity, saturation_gates
 from labwarden.tools.context import LabContext
 
@@ -63,7 +64,7 @@ async def _unknown_pct(ctx: LabContext, rec: SweepRecord, store: RecordStore) ->
     densest = store.load("prof", rec.points[-1].profile_id, ProfileRecord)
     if not any(w.perf_data for w in densest.windows):
         return None, f"no perf.data at {densest.stations} clients (sweep ran with perf: false)"
-    out = await ctx.call("symbolize", {"profile_id": densest.id})  # a nested call, logged
+    out = await ctx.call("symbolize", {"profile_id": densest.id}, SymbolizeOutput)  # a nested call, logged
     return float(out.unknown_pct), f"{out.unknown_pct:.3f}% unknown frames at {densest.stations} clients"
 
 
