@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from labwarden.agent import overnight, summary
@@ -27,8 +28,14 @@ from labwarden.agent.model import Model, ModelOptions
 from labwarden.agent.overnight import parse_until
 from labwarden.cli.app import app
 from labwarden.core.call import ToolCallRecord
+from labwarden.core.decision import Verdict
 from labwarden.core.events import ModelCall, Note, ToolCalled
+from labwarden.core.measurements import SweepPoint
 from labwarden.lab.config import LabProfile
+from labwarden.results.build import BuildOutput
+from labwarden.results.compare import CompareOutput, PointDelta
+from labwarden.results.gate_check import GateName, GateOutput
+from labwarden.results.sweep import SweepOutput
 from labwarden.tools import registry
 from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import control
@@ -294,20 +301,39 @@ def test_no_api_key_is_a_clear_error_before_the_lab_opens(lab: Path, tmp_path: P
         assert len(store.sessions()) == before
 
 
-def _called(tool: str, args: dict[str, Any], result: dict[str, Any]) -> ToolCalled:
-    return ToolCalled.of(ToolCallRecord(tool=tool, args=args, ok=True, result=result))
+def _called(tool: str, args: dict[str, Any], result: BaseModel) -> ToolCalled:
+    """A client's call as the transcript stores it: its result is the tool's output model, dumped."""
+    return ToolCalled.of(ToolCallRecord(tool=tool, args=args, ok=True,
+                                        result=result.model_dump(mode="json")))
+
+
+def _build(build_id: str, patches: list[str]) -> ToolCalled:
+    return _called("build", {"patches": patches}, BuildOutput(
+        build_id=build_id, git_hash="0" * 40, artifacts=[], image="image.tar", symfs="symfs",
+        cached=False, log_tail=[]))
 
 
 def _sweep(sid: str, build: str, cpu: list[float]) -> ToolCalled:
-    return _called("sweep", {}, {"sweep_id": sid, "build_id": build, "points": [
-        {"stations": n, "cpu_mean": c} for n, c in zip([18, 60, 114], cpu, strict=True)]})
+    return _called("sweep", {}, SweepOutput(
+        sweep_id=sid, label=None, build_id=build, cleanup_count=0, idle_note=None, points=[
+            SweepPoint(stations=n, profile_id=f"prof-{n:012x}", cpu_mean=c, cpu_stdev=0.1,
+                       cpu_per_rep=[c], idle_cpu_mean=None, counters={}, rss_kb=1000,
+                       per_radio=[n], clients_held=True)
+            for n, c in zip([18, 60, 114], cpu, strict=True)]))
 
 
-def _compare(a: str, b: str, verdict: str, means: tuple[float, float]) -> ToolCalled:
+def _compare(a: str, b: str, verdict: Verdict, means: tuple[float, float]) -> ToolCalled:
     delta = means[1] - means[0]
-    return _called("compare", {}, {"baseline": a, "candidate": b, "verdict": verdict, "deltas": [
-        {"stations": 114, "baseline_mean": means[0], "candidate_mean": means[1], "delta_pp": delta,
-         "delta_pct": 100 * delta / means[0], "p_value": 0.001}]})
+    return _called("compare", {}, CompareOutput(
+        baseline=a, candidate=b, baseline_build=None, candidate_build=None, verdict=verdict,
+        deltas=[PointDelta(stations=114, baseline_mean=means[0], candidate_mean=means[1],
+                             delta_pp=delta, delta_pct=100 * delta / means[0], p_value=0.001,
+                             ci95_pp=None, verdict=verdict)]))
+
+
+def _gates(sid: str, failed: list[GateName]) -> ToolCalled:
+    return _called("gate_check", {}, GateOutput(sweep_id=sid, passed=not failed, failed=failed,
+                                                gates=[]))
 
 
 def test_summary_keeps_only_what_improved_and_passed_the_gates(tmp_path: Path) -> None:
@@ -315,20 +341,20 @@ def test_summary_keeps_only_what_improved_and_passed_the_gates(tmp_path: Path) -
     with TranscriptStore(tmp_path / "t.db") as store:
         sid = store.start_session("loop")
         for ev in [
-            _called("build", {"patches": []}, {"build_id": "base"}),
+            _build("base", []),
             _sweep("swp-a", "base", [10.0, 20.0, 30.0]),
-            _called("build", {"patches": ["0901"]}, {"build_id": "b0901"}),
+            _build("b0901", ["0901"]),
             _sweep("swp-b", "b0901", [7.0, 14.0, 20.0]),
             _compare("swp-a", "swp-b", "improved", (30.0, 20.0)),
-            _called("gate_check", {}, {"sweep_id": "swp-b", "passed": True, "failed": []}),
-            _called("build", {"patches": ["0905"]}, {"build_id": "b0905"}),
+            _gates("swp-b", []),
+            _build("b0905", ["0905"]),
             _sweep("swp-c", "b0905", [10.0, 20.0, 30.1]),
             _compare("swp-a", "swp-c", "same", (30.0, 30.1)),
-            _called("gate_check", {}, {"sweep_id": "swp-c", "passed": True, "failed": []}),
-            _called("build", {"patches": ["0999"]}, {"build_id": "b0999"}),
+            _gates("swp-c", []),
+            _build("b0999", ["0999"]),
             _sweep("swp-d", "b0999", [5.0, 4.0, 3.0]),
             _compare("swp-a", "swp-d", "improved", (30.0, 3.0)),
-            _called("gate_check", {}, {"sweep_id": "swp-d", "passed": False, "failed": ["cpu_monotonic"]}),
+            _gates("swp-d", ["cpu_monotonic"]),
         ]:
             store.append(sid, ev)
         md = summary.markdown(store, [sid], goal="lower CPU", stop="done", detail="declared done",

@@ -22,12 +22,15 @@ LAYERS: list[grimp.Layer] = [
     grimp.Layer("report"),
     grimp.Layer("qlab"),
     grimp.Layer("transcripts", "vlab", "doctor"),
+    grimp.Layer("results"),
     grimp.Layer("lab", "prompts"),
     grimp.Layer("core"),
 ]
 """Top to bottom: a layer may import the layers below it, never one above; the modules of one
-layer are independent of each other. `core` (records, the call record, the spec, device text,
-errors, the event schema) imports nothing of labwarden's."""
+layer are independent of each other. `results` (every tool's output model, and the records of
+traffic_sweep and saturate) sits below `report`, which reads them, and above `lab`, whose types
+they hold. `core` (records, the call record, the spec, device text, errors, the event schema)
+imports nothing of labwarden's."""
 LAB_SIDES: list[grimp.Layer] = [grimp.Layer("drivers"), grimp.Layer("knobs", "host"),
                                 grimp.Layer("dut")]
 """Inside lab/: `dut` (what talks to the DUT) is the bottom; the knobs pin through it, and host-side

@@ -82,8 +82,11 @@ def test_run_writes_a_report_chromium_can_read(lab: VlabLayout, artifacts_dir: P
     res = CliRunner().invoke(app, ["run", str(DATA / "mini.toml"), "--lab", str(lab.lab_toml)])
     assert res.exit_code == 0, res.output
     assert "improved" in res.stdout and "report:" in res.stdout
+    assert "baseline -> 0901" in res.stdout, "the A/B table names the stages by their labels"
     report = lab.data_dir / "reports" / "mini.html"
+    assert f"report: {report}" in res.stdout.replace("\n", "")
     html = report.read_text()
+    assert "baseline → 0901" in html and "<h3>baseline: " in html, "A/B rows and gates by stage"
     assert html.count("<iframe") == 3, "before, after and differential flame graphs"
     payloads = re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', html)
     frames = [base64.b64decode(b).decode() for b in payloads]

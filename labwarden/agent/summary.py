@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from labwarden.core.call import ToolCallRecord
 from labwarden.core.events import ToolCalled
 from labwarden.core.experiments import Experiment
 from labwarden.report import data as report_data
 from labwarden.report import render as report_render
+from labwarden.results import UnreadableResult, output_of
+from labwarden.results.build import BuildOutput
+from labwarden.results.compare import CompareOutput, PointDelta
+from labwarden.results.gate_check import GateOutput
+from labwarden.results.sweep import SweepOutput
 from labwarden.transcripts import timeline
 from labwarden.transcripts.pricing import KINDS
 from labwarden.transcripts.store import TranscriptStore
@@ -55,50 +60,57 @@ class Findings:
     tool_errors: int = 0
 
 
-def _results(store: TranscriptStore, sessions: list[str]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+def _calls(store: TranscriptStore, sessions: list[str]) -> list[ToolCallRecord]:
+    """The clients' calls, oldest session first (a nested call is its parent's)."""
     out = []
     for sid in reversed(sessions):  # oldest first
         for stored in store.events(sid):
             ev = stored.event
-            if isinstance(ev, ToolCalled) and ev.parent_id is None:  # nested: its parent's
-                out.append((ev.call.tool, ev.call.args, (ev.call.result or {}) if ev.call.ok else {}))
+            if isinstance(ev, ToolCalled) and ev.parent_id is None:
+                out.append(ev.call)
     return out
+
+
+def _delta(d: PointDelta) -> str:
+    p = "n/a" if d.p_value is None else f"{d.p_value:.3g}"
+    return (f"{d.baseline_mean:.2f}% -> {d.candidate_mean:.2f}% at {d.stations} clients "
+            f"({d.delta_pp:+.2f} pp, {d.delta_pct:+.1f}%, p={p})")
 
 
 def findings(store: TranscriptStore, sessions: list[str]) -> Findings:
     f = Findings()
     patches: dict[str, list[str]] = {}
-    calls = _results(store, sessions)
+    calls = _calls(store, sessions)
     f.tool_calls = len(calls)
-    f.tool_errors = sum(1 for _, _, r in calls if not r)
-    for tool, args, res in calls:
-        if not res:
+    f.tool_errors = sum(1 for c in calls if not c.ok or not c.result)
+    for c in calls:
+        try:
+            out = output_of(c)
+        except UnreadableResult:  # another version's result: the ledger (report data) says so
             continue
-        if tool == "build":
-            patches[res["build_id"]] = list(args.get("patches", []))
-        elif tool == "sweep":
-            f.sweeps[res["sweep_id"]] = Candidate(
-                sweep_id=res["sweep_id"], build_id=res.get("build_id"),
-                patches=patches.get(res.get("build_id") or "", []),
-                cpu=[(p["stations"], p["cpu_mean"]) for p in res["points"]])
-        elif tool == "compare":
-            c = f.sweeps.setdefault(res["candidate"], Candidate(sweep_id=res["candidate"],
-                                                                build_id=res.get("candidate_build")))
-            c.compared_to, c.verdict = res["baseline"], res["verdict"]
-            if res["deltas"]:
-                d = res["deltas"][-1]
-                p = "n/a" if d["p_value"] is None else f"{d['p_value']:.3g}"
-                c.delta = (f"{d['baseline_mean']:.2f}% -> {d['candidate_mean']:.2f}% at {d['stations']} "
-                           f"clients ({d['delta_pp']:+.2f} pp, {d['delta_pct']:+.1f}%, p={p})")
-            if c not in f.compared:
-                f.compared.append(c)
-        elif tool == "gate_check":
-            gated = f.sweeps.get(res["sweep_id"])
-            if gated is not None:
-                gated.gates_passed = not res["failed"]
-                na = res.get("not_applicable") or []
-                gated.gates = (", ".join(res["failed"]) if res["failed"] else "none failed") \
-                    + (f" ({', '.join(na)} not applicable here)" if na else "")
+        match out:
+            case BuildOutput():  # the patches are the call's input (the build id hashes them)
+                patches[out.build_id] = [str(p) for p in c.args.get("patches") or []]
+            case SweepOutput():
+                f.sweeps[out.sweep_id] = Candidate(
+                    sweep_id=out.sweep_id, build_id=out.build_id,
+                    patches=patches.get(out.build_id or "", []),
+                    cpu=[(p.stations, p.cpu_mean) for p in out.points])
+            case CompareOutput():
+                cand = f.sweeps.setdefault(out.candidate, Candidate(sweep_id=out.candidate,
+                                                                    build_id=out.candidate_build))
+                cand.compared_to, cand.verdict = out.baseline, out.verdict
+                if out.deltas:
+                    cand.delta = _delta(out.deltas[-1])
+                if cand not in f.compared:
+                    f.compared.append(cand)
+            case GateOutput():
+                gated = f.sweeps.get(out.sweep_id)
+                if gated is not None:
+                    gated.gates_passed = not out.failed
+                    na = out.not_applicable
+                    gated.gates = (", ".join(out.failed) if out.failed else "none failed") \
+                        + (f" ({', '.join(na)} not applicable here)" if na else "")
     return f
 
 

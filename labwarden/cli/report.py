@@ -11,6 +11,8 @@ import typer
 
 from labwarden.cli.common import DEFAULT_LAB, LabOpt, call_once, fail_call, fail_on, load_profile, out
 from labwarden.core.errors import LabError
+from labwarden.results import output_of
+from labwarden.results.report import ReportOutput
 from labwarden.tools import registry
 
 _FIELDS = registry.get("report").input.model_fields  # option help and defaults come from the schema
@@ -38,5 +40,6 @@ def report(
     if not record.ok:
         fail_call(record, 1)
     if not as_json:
-        assert record.result is not None  # an ok record carries its result
-        out.print(record.result["path"], markup=False, highlight=False, soft_wrap=True)
+        written = output_of(record)
+        assert isinstance(written, ReportOutput)  # an ok report call carries its output
+        out.print(written.path, markup=False, highlight=False, soft_wrap=True)

@@ -7,9 +7,10 @@ import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -22,6 +23,11 @@ from labwarden.lab.config import LabProfile
 from labwarden.playbook import model
 from labwarden.playbook.run import RunRecord, run
 from labwarden.qlab import control as qlab_control
+from labwarden.results import output_of
+from labwarden.results.compare import CompareOutput
+from labwarden.results.gate_check import GateOutput
+from labwarden.results.report import ReportOutput
+from labwarden.results.sweep import SweepOutput
 from labwarden.runtime.session import open_lab
 from labwarden.vlab import control
 
@@ -31,6 +37,7 @@ DEMO_DIR = Path(".vlab") / "demo"
 LAB_KINDS: dict[str, tuple[Callable[..., Any], Callable[[Path], list[int]]]] = {
     "vlab": (control.up, control.down), "qlab": (qlab_control.up, qlab_control.down)}
 """`demo --lab-kind`: how each lab comes up (returns info with .ssh and .lab_toml) and down."""
+M = TypeVar("M", bound=BaseModel)
 
 
 def _parse_sets(sets: list[str]) -> dict[str, Any]:
@@ -71,51 +78,51 @@ async def execute(profile: LabProfile, book: model.Playbook, console: Console = 
             return await run(ctx, book, on_step)
 
 
+def _results(rec: RunRecord, model: type[M]) -> list[tuple[str, M]]:
+    """(step id, result) of every step whose result is a `model` (its tool's output)."""
+    found = []
+    for s in rec.steps:
+        out = output_of(s.record)
+        if isinstance(out, model):
+            found.append((s.id, out))
+    return found
+
+
 def summary(rec: RunRecord) -> list[Table]:
     tables = []
-    sweeps = [s for s in rec.steps if s.tool == "sweep" and s.record.ok]
+    sweeps = _results(rec, SweepOutput)
     if sweeps:
-        first = sweeps[0].record.result
-        assert first is not None  # an ok record carries its result
-        dens = [p["stations"] for p in first["points"]]
+        dens = [p.stations for p in sweeps[0][1].points]
         t = Table(title="target CPU % of one core (mean ± stdev) per stage")
         t.add_column("stage")
-        for d in dens:
-            t.add_column(f"{d} clients", justify="right")
-        for s in sweeps:
-            r = s.record.result or {}
-            t.add_row(r.get("label") or s.id, *[f"{p['cpu_mean']:.2f} ± {p['cpu_stdev']:.2f}"
-                                                 for p in r["points"]])
+        for n in dens:
+            t.add_column(f"{n} clients", justify="right")
+        for sid, sw in sweeps:
+            t.add_row(sw.label or sid, *[f"{p.cpu_mean:.2f} ± {p.cpu_stdev:.2f}" for p in sw.points])
         tables.append(t)
-    compares = [s for s in rec.steps if s.tool == "compare" and s.record.ok]
+    compares = _results(rec, CompareOutput)
     if compares:
-        labels = {}
-        for s in sweeps:
-            r = s.record.result or {}
-            labels[r.get("sweep_id")] = r.get("label") or s.id
+        labels = {sw.sweep_id: sw.label or sid for sid, sw in sweeps}
         t = Table(title="A/B at the densest point")
         for col in ("baseline -> candidate", "Δ pp", "Δ %", "p", "verdict"):
             t.add_column(col, justify="left" if col[0] in "bv" else "right")
-        for s in compares:
-            r = s.record.result or {}
-            d = r["deltas"][-1]
-            base = labels.get(r["baseline"], r["baseline"])
-            cand = labels.get(r["candidate"], r["candidate"])
-            pair = f"{base} -> {cand}"
-            t.add_row(pair, f"{d['delta_pp']:+.2f}", f"{d['delta_pct']:+.1f}", str(d["p_value"]),
-                      d["verdict"])
+        for _, cmp in compares:
+            d = cmp.deltas[-1]
+            base = labels.get(cmp.baseline, cmp.baseline)
+            cand = labels.get(cmp.candidate, cmp.candidate)
+            t.add_row(f"{base} -> {cand}", f"{d.delta_pp:+.2f}", f"{d.delta_pct:+.1f}",
+                      str(d.p_value), d.verdict)
         tables.append(t)
-    gates = [s for s in rec.steps if s.tool == "gate_check" and s.record.ok]
+    gates = _results(rec, GateOutput)
     if gates:
         t = Table(title="gates")
         t.add_column("step")
         t.add_column("result")
-        for s in gates:
-            r = s.record.result or {}
-            na = r.get("not_applicable") or []
-            judged = len(r.get("gates") or []) - len(na)
-            t.add_row(s.id, (f"all {judged} passed" + (f" ({len(na)} not applicable)" if na else ""))
-                      if r["passed"] else "FAILED: " + ", ".join(r["failed"]))
+        for sid, g in gates:
+            na = g.not_applicable
+            judged = len(g.gates) - len(na)
+            t.add_row(sid, (f"all {judged} passed" + (f" ({len(na)} not applicable)" if na else ""))
+                      if g.passed else "FAILED: " + ", ".join(g.failed))
         tables.append(t)
     unmet = [(s.id, e) for s in rec.steps for e in s.expectations]
     if unmet:
@@ -131,10 +138,9 @@ def summary(rec: RunRecord) -> list[Table]:
 def _report_and_tally(rec: RunRecord) -> None:
     for table in summary(rec):
         out.print(table)
-    report = next((s for s in rec.steps if s.tool == "report" and s.record.ok), None)
+    report = next((r for _, r in _results(rec, ReportOutput)), None)
     if report:
-        assert report.record.result is not None  # an ok record carries its result
-        out.print(f"report: {report.record.result['path']}")
+        out.print(f"report: {report.path}")
 
 
 def run_cmd(

@@ -108,6 +108,22 @@ class FunctionDelta(BaseModel):
     delta_cpu_pp: float | None = None
 
 
+class FlameRef(BaseModel):
+    """A kept candidate's differential flame graph (symbolize of B at the densest point against
+    A): where its SVGs are and what it rests on -- or, with only `error`, why there is none."""
+
+    profile_id: str | None = None
+    baseline_profile_id: str | None = None
+    key: str | None = None
+    svg: str | None = None
+    diff_svg: str | None = None
+    baseline_svg: str | None = None
+    stations: int | None = None
+    samples: int | None = None
+    unknown_pct: float | None = None
+    error: str | None = None
+
+
 class Cost(BaseModel):
     model_calls: int = Field(0, description="model calls since the previous experiment of the session")
     tokens: int = 0
@@ -135,7 +151,7 @@ class Experiment(BaseModel):
     sweep_b: str | None = None
     deltas: list[DensityDelta] = Field(default_factory=list, description="full sweeps, per density")
     gates: list[GateResult] = Field(default_factory=list)
-    flame: dict[str, str | float | int | None] | None = Field(
+    flame: FlameRef | None = Field(
         None, description="symbolize of B at the densest point against A: svg paths and key")
     flame_deltas: list[FunctionDelta] = Field(
         default_factory=list, description="the functions that moved most, B against A: absolute "

@@ -3,7 +3,6 @@ steps' references, expectations checked, and a run record saved beside the lab's
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -81,7 +80,5 @@ async def run(ctx: LabContext, book: Playbook, on_step: StepHook | None = None) 
             record.stopped_at = step.id
             break
     record.duration_s = round(time.monotonic() - t0, 2)
-    path = store.root / "run" / f"{record.id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record.model_dump(mode="json"), indent=1))
+    store.save("run", record.id, record)
     return record

@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from pydantic import BaseModel
 
-from labwarden.core.experiments import Bisection, Experiment
+from labwarden.core.experiments import Bisection, Experiment, FunctionDelta
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.paths import PathRefused, contained
-from labwarden.core.records import RecordNotFound, RecordStore
+from labwarden.core.records import RecordNotFound, RecordStore, RecordUnreadable
+from labwarden.lab.host.folded import PathStep
+from labwarden.results import UnreadableResult, output_of
+from labwarden.results.attribute import AttributeOutput
+from labwarden.results.bisect import BisectOutput
+from labwarden.results.compare import CompareOutput
+from labwarden.results.experiment import ExperimentOutput
+from labwarden.results.gate_check import GateOutput
+from labwarden.results.saturate import SaturateOutput
+from labwarden.results.sweep import SweepOutput
+from labwarden.results.symbolize import FunctionShare, SymbolizeOutput
+from labwarden.results.traffic_sweep import TrafficSweepOutput
 from labwarden.transcripts.store import TranscriptStore
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class Stage(BaseModel):
@@ -42,15 +55,53 @@ class Rejected(BaseModel):
     lines: list[str]
 
 
+class Flame(BaseModel):
+    """A flame graph the report shows: a symbolize result, or a kept candidate's differential
+    (its experiment record keeps the SVGs and the top deltas, not the hot path)."""
+
+    profile_id: str | None
+    stations: int | None = None
+    samples: int | None = None
+    unknown_pct: float | None = None
+    baseline_profile_id: str | None = None
+    svg: str | None = None
+    diff_svg: str | None = None
+    baseline_svg: str | None = None
+    dominant_path: list[PathStep] = []
+    functions: list[FunctionShare] = []
+    top_deltas: list[FunctionDelta] = []
+
+    @classmethod
+    def of_symbolize(cls, out: SymbolizeOutput) -> Flame:
+        return cls(profile_id=out.profile_id, stations=out.stations, samples=out.samples,
+                   unknown_pct=out.unknown_pct, baseline_profile_id=out.baseline_profile_id,
+                   svg=out.svg, diff_svg=out.diff_svg, baseline_svg=out.baseline_svg,
+                   dominant_path=out.dominant_path, functions=out.functions,
+                   top_deltas=[FunctionDelta.model_validate(d.model_dump()) for d in out.top_deltas])
+
+    def contained(self, root: Path) -> Flame:
+        """This flame graph with only the SVG paths the report may embed: files inside the data
+        dir's symbolized/ (a path anywhere else is dropped, never read)."""
+        paths: dict[str, str | None] = {}
+        for key in ("svg", "baseline_svg", "diff_svg"):
+            value = getattr(self, key)
+            if value is not None:
+                try:
+                    paths[key] = str(contained(value, [root], what=key))
+                except PathRefused:
+                    paths[key] = None
+        return self.model_copy(update=paths)
+
+
 class ReportData(BaseModel):
     title: str
     session_id: str
     lab: str | None
     stages: list[Stage]
-    compares: list[dict[str, Any]]
-    gates: list[dict[str, Any]]
-    symbolized: list[dict[str, Any]]
-    attributions: list[dict[str, Any]]
+    compares: list[CompareOutput]
+    gates: list[GateOutput]
+    symbolized: list[Flame]
+    attributions: list[AttributeOutput]
     windows: list[WindowRow]
     model_calls: int
     tokens: dict[str, int]
@@ -65,16 +116,23 @@ class ReportData(BaseModel):
     experiments: list[Experiment] = []
     rejected: list[Rejected] = []
     bisections: list[Bisection] = []
-    traffic: list[dict[str, Any]] = []
+    traffic: list[TrafficSweepOutput] = []
     """traffic_sweep results (the ladder: throughput, loss and the DUT's CPU per step)."""
-    saturations: list[dict[str, Any]] = []
+    saturations: list[SaturateOutput] = []
     """saturate results (the bracket/bisect windows, the answer, the limit and its check)."""
+    unreadable: list[str] = []
+    """Results and records this labwarden could not read (another version wrote them), each
+    with why: left out of the report, and said so."""
 
     @property
     def axis(self) -> str | None:
         """What the workload points count (the sweeps' load axis: clients, streams); None on a
         DUT without a load."""
         return next((s.sweep.axis for s in self.stages), "clients")
+
+    def label(self, sweep_id: str) -> str:
+        """A sweep by its stage's label (its id when the report has no stage of it)."""
+        return next((s.label for s in self.stages if s.sweep.id == sweep_id), sweep_id)
 
     def point(self, n: int) -> str:
         """A workload point in the lab's own words: "114 clients", "4 streams", "own workload"."""
@@ -90,27 +148,37 @@ class ReportData(BaseModel):
         return list(seen)
 
 
-def _load(records: RecordStore, kind: str, rid: str, cls: type[BaseModel]) -> Any:
+def _load(records: RecordStore, kind: str, rid: str, cls: type[M], unreadable: list[str]) -> M | None:
     try:
         return records.load(kind, rid, cls)
     except RecordNotFound:  # a record deleted since: the ledger says less, it does not fail
         return None
+    except RecordUnreadable as exc:  # another version's record: left out, and said so
+        unreadable.append(f"{exc.problem} ({exc.remedy})")
+        return None
+
+
+def _stage(records: RecordStore, rec: SweepRecord, label: str, unreadable: list[str]) -> Stage:
+    profs = [_load(records, "prof", p.profile_id, ProfileRecord, unreadable) for p in rec.points]
+    return Stage(label=rec.label or label, sweep=rec, profiles=[p for p in profs if p is not None])
 
 
 def _experiment(records: RecordStore, exp: Experiment, stages: list[Stage],
-                syms: list[dict[str, Any]]) -> None:
+                syms: list[Flame], unreadable: list[str], symbolized: Path) -> None:
     """A kept candidate's curves (A and B) are stages; its flame graphs join the symbolized."""
     if exp.decision != "kept":
         return
     labels = (f"{exp.patch_name or exp.patch} base", exp.patch_name or exp.patch)
     for sid, label in zip((exp.sweep_a, exp.sweep_b), labels, strict=True):
-        rec = _load(records, "swp", sid, SweepRecord) if sid else None
+        rec = _load(records, "swp", sid, SweepRecord, unreadable) if sid else None
         if rec is not None and all(s.sweep.id != rec.id for s in stages):
-            profs = [_load(records, "prof", p.profile_id, ProfileRecord) for p in rec.points]
-            stages.append(Stage(label=rec.label or label, sweep=rec, profiles=[p for p in profs if p]))
-    if exp.flame and exp.flame.get("svg"):
-        syms.append({**exp.flame, "dominant_path": [], "functions": [],
-                     "top_deltas": [d.model_dump() for d in exp.flame_deltas]})
+            stages.append(_stage(records, rec, label, unreadable))
+    f = exp.flame
+    if f is not None and f.svg:
+        syms.append(Flame(profile_id=f.profile_id, stations=f.stations, samples=f.samples,
+                          unknown_pct=f.unknown_pct, baseline_profile_id=f.baseline_profile_id,
+                          svg=f.svg, diff_svg=f.diff_svg, baseline_svg=f.baseline_svg,
+                          top_deltas=exp.flame_deltas).contained(symbolized))
 
 
 def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
@@ -119,7 +187,10 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
     records = RecordStore(data_dir)
     info = store.session(session_id)
     stages: list[Stage] = []
-    compares, gates, syms, attrs = [], [], [], []
+    compares: list[CompareOutput] = []
+    gates: list[GateOutput] = []
+    syms: list[Flame] = []
+    attrs: list[AttributeOutput] = []
     tokens = {"input": 0, "output": 0, "cache_write": 0, "cache_read": 0}
     cost = 0.0
     calls = refused = model_calls = 0
@@ -128,8 +199,9 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
     experiments: list[Experiment] = []
     rejected: list[Rejected] = []
     bisections: list[Bisection] = []
-    traffic: list[dict[str, Any]] = []
-    saturations: list[dict[str, Any]] = []
+    traffic: list[TrafficSweepOutput] = []
+    saturations: list[SaturateOutput] = []
+    unreadable: list[str] = []
     events = [ev for sid in [*(earlier or []), session_id] for ev in store.events(sid)]
     for ev in events:
         e = ev.event
@@ -155,42 +227,37 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
                 rejected.append(Rejected(name=str(c.args.get("name", "?")),
                                          code=c.error.code or c.error.kind, reason=c.error.message,
                                          lines=c.error.lines[:8]))
-            if not c.ok or c.result is None:
+            try:
+                out = output_of(c)
+            except UnreadableResult as exc:
+                unreadable.append(f"{exc.problem} ({exc.remedy})")
                 continue
-            r = c.result
-            if c.tool == "sweep":
-                rec = _load(records, "swp", r["sweep_id"], SweepRecord)
-                if rec is not None:  # a sweep whose record is gone has no curve to draw
-                    profs = [_load(records, "prof", p.profile_id, ProfileRecord) for p in rec.points]
-                    stages.append(Stage(label=rec.label or rec.id, sweep=rec,
-                                        profiles=[p for p in profs if p is not None]))
-            elif c.tool == "compare":
-                compares.append(r)
-            elif c.tool == "gate_check":
-                gates.append(r)
-            elif c.tool == "symbolize":
-                syms.append(_contained_svgs(r, data_dir / "symbolized"))
-            elif c.tool == "attribute":
-                attrs.append(r)
-            elif c.tool == "experiment":
-                exp = _load(records, "exp", r["experiment_id"], Experiment)
-                if exp is not None:
-                    experiments.append(exp)
-                    _experiment(records, exp, stages, syms)
-            elif c.tool == "traffic_sweep":
-                traffic.append(r)
-            elif c.tool == "saturate":
-                saturations.append(r)
-            elif c.tool == "bisect":
-                bis = _load(records, "bis", r["bisect_id"], Bisection)
-                if bis is not None:
-                    bisections.append(bis)
-    labels = {s.sweep.id: s.label for s in stages}
-    for cmp in compares:
-        cmp["baseline_label"] = labels.get(cmp["baseline"], cmp["baseline"])
-        cmp["candidate_label"] = labels.get(cmp["candidate"], cmp["candidate"])
-    for g in gates:
-        g["label"] = labels.get(g["sweep_id"], g["sweep_id"])
+            match out:
+                case SweepOutput():
+                    rec = _load(records, "swp", out.sweep_id, SweepRecord, unreadable)
+                    if rec is not None:  # a sweep whose record is gone has no curve to draw
+                        stages.append(_stage(records, rec, rec.id, unreadable))
+                case CompareOutput():
+                    compares.append(out)
+                case GateOutput():
+                    gates.append(out)
+                case SymbolizeOutput():
+                    syms.append(Flame.of_symbolize(out).contained(data_dir / "symbolized"))
+                case AttributeOutput():
+                    attrs.append(out)
+                case ExperimentOutput():
+                    exp = _load(records, "exp", out.experiment_id, Experiment, unreadable)
+                    if exp is not None:
+                        experiments.append(exp)
+                        _experiment(records, exp, stages, syms, unreadable, data_dir / "symbolized")
+                case TrafficSweepOutput():
+                    traffic.append(out)
+                case SaturateOutput():
+                    saturations.append(out)
+                case BisectOutput():
+                    bis = _load(records, "bis", out.bisect_id, Bisection, unreadable)
+                    if bis is not None:
+                        bisections.append(bis)
     windows = [WindowRow(stage=s.label, stations=p.stations, rep=w.rep, cpu_pct=w.cpu_pct,
                          build_id=w.conditions.build_id, verified=w.conditions.fingerprint_verified,
                          governors=(f"n/a: {w.conditions.not_applicable['governor']}"
@@ -204,20 +271,7 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
                       tool_calls=calls, refused=refused, healed=healed, result_tokens=result_tokens,
                       anchor=_anchor(store, session_id), experiments=experiments,
                       rejected=rejected, bisections=bisections, traffic=traffic,
-                      saturations=saturations)
-
-
-def _contained_svgs(result: dict[str, Any], root: Path) -> dict[str, Any]:
-    """A symbolize result whose SVG paths the report may embed: only files inside the data
-    dir's symbolized/ (a path anywhere else is dropped, never read)."""
-    out = dict(result)
-    for key in ("svg", "baseline_svg", "diff_svg"):
-        if isinstance(out.get(key), str):
-            try:
-                out[key] = str(contained(out[key], [root], what=key))
-            except PathRefused:
-                out.pop(key)
-    return out
+                      saturations=saturations, unreadable=unreadable)
 
 
 def _anchor(store: TranscriptStore, session_id: str) -> str:

@@ -10,7 +10,7 @@ import jinja2
 
 from labwarden import __version__
 from labwarden.core.measurements import SweepPoint
-from labwarden.report.data import ReportData, Stage
+from labwarden.report.data import Flame, ReportData, Stage
 from labwarden.report.plot import curves_svg, saturation_svg, traffic_label, traffic_svg
 
 
@@ -21,12 +21,12 @@ def _point(stage: Stage, n: int) -> SweepPoint | None:
 def _flames(d: ReportData) -> list[dict[str, str]]:
     """Before (first plain symbolize), after and the differential (last with a baseline)."""
     out = []
-    plain = [s for s in d.symbolized if not s.get("baseline_profile_id")]
-    diffs = [s for s in d.symbolized if s.get("diff_svg")]
-    picks = []
+    plain = [s for s in d.symbolized if not s.baseline_profile_id]
+    diffs = [s for s in d.symbolized if s.diff_svg]
+    picks: list[tuple[str, Flame, str]] = []
     if plain:
         picks.append(("Before", plain[0], "svg"))
-    elif diffs and diffs[-1].get("baseline_svg"):
+    elif diffs and diffs[-1].baseline_svg:
         picks.append(("Before", diffs[-1], "baseline_svg"))
     if diffs:
         picks.append(("After", diffs[-1], "svg"))
@@ -34,12 +34,13 @@ def _flames(d: ReportData) -> list[dict[str, str]]:
     elif len(plain) > 1:
         picks.append(("After", plain[-1], "svg"))
     for title, s, key in picks:
-        path = Path(s[key]) if s.get(key) else None  # report/data.py drops paths out of the data dir
+        svg: str | None = getattr(s, key)
+        path = Path(svg) if svg else None  # report/data.py drops paths out of the data dir
         if path is not None and path.is_file():
-            pid = s["baseline_profile_id"] if key == "baseline_svg" else s["profile_id"]
+            pid = s.baseline_profile_id if key == "baseline_svg" else s.profile_id
             caption = (f"profile {pid}" if key == "baseline_svg" else
-                       f"profile {pid} at {d.point(s.get('stations', 0))}, {s['samples']} samples, "
-                       f"{s['unknown_pct']}% unknown frames")
+                       f"profile {pid} at {d.point(s.stations or 0)}, {s.samples} samples, "
+                       f"{s.unknown_pct}% unknown frames")
             # a data: URL keeps the SVG an XML document (srcdoc would parse it as HTML), and its
             # scripts (inferno's zoom and search) run inside the sandboxed frame
             data = base64.b64encode(path.read_bytes()).decode()

@@ -17,12 +17,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mcp.types import Annotations, Resource
-from pydantic import ValidationError
 
 from labwarden.core.devtext import clean
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.paths import PathRefused, contained, is_regular_file
-from labwarden.core.records import RecordStore
+from labwarden.core.records import RecordStore, RecordUnreadable, parse_record
 
 LATEST = 20
 """Records of each kind, reports and symbolize results listed (the newest)."""
@@ -111,9 +110,9 @@ def _records(data_dir: Path, kind: str) -> list[Resource]:
         rid = f.stem
         try:
             text = real.read_text()
-            title, desc = (_sweep(SweepRecord.model_validate_json(text)) if code == "swp"
-                           else _profile(ProfileRecord.model_validate_json(text)))
-        except (OSError, ValidationError):
+            title, desc = (_sweep(parse_record(text, SweepRecord, real)) if code == "swp"
+                           else _profile(parse_record(text, ProfileRecord, real)))
+        except (OSError, RecordUnreadable):
             title, desc = f"{kind[:-1]} {rid}", "a record this labwarden cannot read"
         out.append(Resource(uri=f"labwarden://records/{kind}/{rid}", name=rid, title=title,
                             description=desc, mime_type="application/json", size=size,
@@ -206,7 +205,7 @@ def _profile_of(data_dir: Path, index: Path) -> str:
         return "?"
     path = inside(data_dir, RecordStore(data_dir).root / "prof" / f"{pid}.json")
     try:
-        rec = ProfileRecord.model_validate_json(path.read_text()) if path else None
-    except (OSError, ValidationError):
+        rec = parse_record(path.read_text(), ProfileRecord, path) if path else None
+    except (OSError, RecordUnreadable):
         rec = None
     return f"{pid} ({rec.stations} stations, {_build(rec.build_id)})" if rec else pid

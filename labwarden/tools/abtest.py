@@ -28,6 +28,8 @@ from labwarden.core.measurements import MAX_REPS, ProfileRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab import features
 from labwarden.lab.drivers import load as load_drivers
+from labwarden.results.fingerprint import FingerprintOutput
+from labwarden.results.profile import ProfileOutput
 from labwarden.tools import parity
 from labwarden.tools.context import LabContext
 
@@ -45,7 +47,7 @@ async def switch_to(ctx: LabContext, build_id: str) -> bool:
     flashed = False
     if not (state.fingerprint_ok() and state.verified_build == build_id):
         await ctx.call("flash", {"build_id": build_id})
-        out = await ctx.call("fingerprint_verify", {"build_id": build_id})
+        out = await ctx.call("fingerprint_verify", {"build_id": build_id}, FingerprintOutput)
         if not out.verified:
             raise ToolError("device", f"build {build_id} did not verify after the flash: "
                             + "; ".join(f"{m.check} {m.path}" for m in out.mismatches[:3]),
@@ -127,7 +129,7 @@ class AB:
         out = await ctx.call("profile", {
             "stations": n, "window_s": self.window_s, "reps": reps, "perf": False,
             "uprobes": self.load_counter is not None or self.metric != "cpu", "settle_s": settle,
-            "hold": False})  # held above, through the load driver
+            "hold": False}, ProfileOutput)  # held above, through the load driver
         rec = RecordStore(ctx.data_dir).load("prof", out.profile_id, ProfileRecord)
         # the DUT's count where it has one (None: not measured here, nothing to compare)
         bad = [w.rep for w in rec.windows if w.restarted or w.datamodel_end not in (None, n)]

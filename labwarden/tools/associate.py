@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import time
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.drivers.load import LoadError
 from labwarden.lab.dut import datamodel
+from labwarden.results.associate import AssociateOutput
 from labwarden.tools.context import LabContext
 
 
@@ -37,19 +38,6 @@ class AssociateInput(ToolInput):
         if (self.stations is None) == (self.per_radio is None):
             raise ValueError("give exactly one of stations or per_radio")
         return self
-
-
-class AssociateOutput(BaseModel):
-    associated: int = Field(description="clients the load was asked to hold")
-    datamodel_count: int | None = Field(description="clients the DUT itself counts (None: the "
-                                        "DUT has no clients reader, so nothing was verified)")
-    per_radio: list[int] = Field(description="datamodel count per VAP, in VAP order (empty: the "
-                                 "reader gives a total only)")
-    even_split: bool = Field(description="max - min per radio <= 1 over all radios")
-    duration_s: float
-    note: str | None = Field(None, description="why the count was not verified, when it was not")
-    healed: list[str] = Field(default_factory=list, description="topology changes made before "
-                              "holding (a reboot's drift, healed as [policy] heal allows)")
 
 
 async def run(ctx: LabContext, inp: AssociateInput) -> AssociateOutput:

@@ -16,7 +16,7 @@ import logging
 import math
 import time
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
@@ -30,6 +30,7 @@ from labwarden.lab.dut.helper_programs import ensure
 from labwarden.lab.dut.jobs import DutJobs
 from labwarden.lab.dut.procs import ProcInstance
 from labwarden.lab.procfs import parse_stat
+from labwarden.results.attribute import AttributeOutput
 from labwarden.tools.context import LabContext
 
 log = logging.getLogger(__name__)
@@ -64,23 +65,6 @@ class AttributeInput(ToolInput):
         if self.baseline_s is None:
             self.baseline_s = self.window_s
         return self
-
-
-class AttributeOutput(BaseModel):
-    suspect: str
-    suspect_pid: int
-    before_pct: float = Field(description="target CPU before the pause, % of one core")
-    during_pct: float = Field(description="target CPU while the suspect was paused")
-    after_pct: float = Field(description="target CPU after the suspect resumed")
-    drop_pct: float = Field(description="(before - during) / before, %")
-    resumed: bool = Field(description="the suspect runs again, same instance (pid + start time)")
-    resumed_after_s: float = Field(description="from releasing the pause to seeing it run")
-    resumed_by: str = Field(description="release (we stopped the helper) | deadline | "
-                            "hangup | session lost | helper exited | sigcont (last resort) | none")
-    pause_held: bool = Field(description="the suspect stayed paused for the whole window; if not, "
-                             "during_pct mixes paused and running time")
-    window_s: float
-    notes: list[str] = Field(default_factory=list)
 
 
 async def _stat_state(dev: Device, pid: int) -> tuple[str, int] | None:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from labwarden.core.decision import Judgement
 from labwarden.core.errors import LabError, ToolError
@@ -29,6 +29,7 @@ from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
 from labwarden.lab.host.builds import compiled, recipe
+from labwarden.results.bisect import BisectOutput
 from labwarden.tools import abtest
 from labwarden.tools.context import LabContext
 
@@ -42,18 +43,6 @@ class BisectInput(ToolInput):
     metric: str = Field("cpu", max_length=64, description="'cpu' (target CPU %) or an uprobe "
                         "counter of the profile (e.g. dm_write_txns); higher is worse",
                         examples=["cpu"])
-
-
-class BisectOutput(BaseModel):
-    bisect_id: str
-    outcome: str = Field(description="found | no_regression | undecided | failed")
-    first_bad: str | None
-    first_bad_subject: str | None
-    regression: str | None = Field(description="bad against good, as the rule saw it")
-    steps: list[str] = Field(description="commit: side (verdict, delta)")
-    commits: int
-    reason: str
-    seconds: float
 
 
 def _git(ctx: LabContext, *args: str) -> str:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from labwarden.core.spec import ToolInput, ToolSpec, describe
-from labwarden.lab.host import builder
 from labwarden.lab.host.builds import compiled, recipe
+from labwarden.results.build import BuildOutput
 from labwarden.tools.context import LabContext
 
 
@@ -22,16 +22,6 @@ class BuildInput(ToolInput):
     patches: list[str] = Field(default_factory=list, max_length=32, description="patch ids (e.g. "
                                "'0901') or .patch paths, applied in order", examples=[["0901", "0902"]])
     ref: str = Field("HEAD", description="git ref of the firmware repo to build", examples=["HEAD"])
-
-
-class BuildOutput(BaseModel):
-    build_id: str
-    git_hash: str = Field(description="commit built; embedded in the binaries")
-    artifacts: list[builder.Artifact]
-    image: str = Field(description="image file to flash")
-    symfs: str = Field(description="host symfs for perf script")
-    cached: bool
-    log_tail: list[str] = Field(description="last lines of the build log")
 
 
 async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from scipy import stats
 
 from labwarden.core.conditions import Conditions
@@ -19,6 +19,7 @@ from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.results.compare import CompareOutput, PointDelta
 from labwarden.tools.context import LabContext
 
 
@@ -27,31 +28,7 @@ class CompareInput(ToolInput):
     candidate: str = Field(description="sweep id of B")
     alpha: float = Field(0.05, gt=0, lt=0.5, description="significance level of Welch's t-test")
     min_effect_pct: float = Field(3.0, ge=0, le=100, description="smallest change that matters; "
-                                  "a smaller one is 'no change' (an equivalence margin)")
-
-
-class PointDelta(BaseModel):
-    """A and B at one workload point of the two sweeps."""
-
-    stations: int
-    baseline_mean: float
-    candidate_mean: float
-    delta_pp: float = Field(description="candidate - baseline, percentage points of one core")
-    delta_pct: float = Field(description="relative change, % of the baseline")
-    p_value: float | None = Field(description="Welch's t-test, two-sided (None with < 2 reps)")
-    ci95_pp: tuple[float, float] | None = Field(description="95% CI of the difference (Welch)")
-    ci95_pct: tuple[float, float] | None = Field(None, description="95% CI of delta_pct, on the "
-                                                 "log ratio (never below -100%)")
-    verdict: Verdict
-
-
-class CompareOutput(BaseModel):
-    baseline: str
-    candidate: str
-    baseline_build: str | None
-    candidate_build: str | None
-    deltas: list[PointDelta]
-    verdict: Verdict = Field(description="at the densest common point")
+                                  "a smaller one is 'same' (an equivalence margin)")
 
 
 def welch_delta(a: list[float], b: list[float], alpha: float, min_effect_pct: float) -> PointDelta:

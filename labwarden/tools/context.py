@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -35,6 +35,7 @@ from labwarden.transcripts.store import TranscriptStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 ProgressFn = Callable[[float, float | None, str], Awaitable[None]]
 current_progress: ContextVar[ProgressFn | None] = ContextVar("labwarden_progress", default=None)
 """Per-call progress sink (an MCP request's ctx.report_progress); concurrent calls each get
@@ -142,9 +143,17 @@ class LabContext:
             durable = durable or self.profile.policy.transcript_fsync == "every_call"
             self.transcript.write(self.session_id, list(events), durable=durable)
 
-    async def call(self, name: str, args: dict[str, Any] | BaseModel) -> Any:
-        """Run tool `name` as a nested call of the running one and return its output model;
-        raise its failure (a refusal too: kind, code and remedy kept) as a LabError."""
+    @overload
+    async def call(self, name: str, args: dict[str, Any] | BaseModel, output: type[M]) -> M: ...
+
+    @overload
+    async def call(self, name: str, args: dict[str, Any] | BaseModel, output: None = None) -> Any: ...
+
+    async def call(self, name: str, args: dict[str, Any] | BaseModel,
+                   output: type[BaseModel] | None = None) -> Any:
+        """Run tool `name` as a nested call of the running one and return its output model (an
+        `output` given: checked to be that model, and typed so); raise its failure (a refusal
+        too: kind, code and remedy kept) as a LabError."""
         if isinstance(args, BaseModel):
             args = args.model_dump(mode="json", exclude_unset=True)
         if self.door is None:
@@ -153,6 +162,10 @@ class LabContext:
         record = await self.door.call(self, name, args)
         if not record.ok:
             raise failure(record)
+        if output is not None and not isinstance(record.output, output):
+            raise ToolError("internal", f"the nested {name} call returned "
+                            f"{type(record.output).__name__}, not {output.__name__}",
+                            "ask for the output model the tool's spec names (labwarden.results)")
         return record.output
 
     async def heal(self, requires: frozenset[Requirement] | None = None) -> list[str]:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from labwarden.core.devtext import DeviceText
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import knobs
-from labwarden.lab.knobs import KnobState
+from labwarden.results.env_pin import EnvPinOutput
 from labwarden.tools.context import LabContext
 
 
@@ -26,11 +25,6 @@ class EnvPinInput(ToolInput):
                                        "short-circuit with patch 0100)", examples=[200])
     monitor_rpc: Literal["full", "brief"] | None = Field(None, description="which stats RPC the "
                                                          "monitor polls (brief needs patch 0902)")
-
-
-class EnvPinOutput(BaseModel):
-    changes: list[DeviceText] = Field(description="what was changed, one line each")
-    knobs: list[KnobState] = Field(description="the pinned state after the changes")
 
 
 async def run(ctx: LabContext, inp: EnvPinInput) -> EnvPinOutput:

@@ -20,12 +20,19 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from labwarden.core.decision import Verdict
 from labwarden.core.errors import LabError, ToolError
 from labwarden.core.events import ModelCall, ToolCalled
-from labwarden.core.experiments import Cost, Decision, DensityDelta, Experiment, FunctionDelta, GateResult
+from labwarden.core.experiments import (
+    Cost,
+    Decision,
+    DensityDelta,
+    Experiment,
+    FlameRef,
+    FunctionDelta,
+    GateResult,
+)
 from labwarden.core.measurements import SweepRecord
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
@@ -33,6 +40,11 @@ from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
 from labwarden.lab.host.builds import compiled, load_manifest, recipe
 from labwarden.lab.host.patchstore import PatchStore, ProtectedArtifact, lab_patches
+from labwarden.results.compare import CompareOutput
+from labwarden.results.experiment import ExperimentOutput
+from labwarden.results.gate_check import GateOutput
+from labwarden.results.sweep import SweepOutput
+from labwarden.results.symbolize import SymbolizeOutput
 from labwarden.tools import abtest, parity
 from labwarden.tools.context import LabContext
 from labwarden.transcripts import pricing
@@ -44,37 +56,6 @@ class ExperimentInput(ToolInput):
     base_patches: list[str] | None = Field(None, max_length=16, description="A's patches (default: "
                                            "the base the patch was submitted on)")
     ref: str | None = Field(None, max_length=100, description="git ref (default: the patch's)")
-
-
-class ExperimentOutput(BaseModel):
-    experiment_id: str
-    patch: str
-    decision: Decision
-    reason: str
-    verdict: Verdict | None = Field(description="the decision rule at the densest point")
-    stations: int | None = Field(description="the workload point screened (clients, streams; 0 "
-                                 "on a DUT without a load)")
-    mean_a: float | None = Field(description="metric of A at the densest point (CPU %)")
-    mean_b: float | None
-    delta_pct: float | None
-    ci_pct: tuple[float, float] | None = Field(description="confidence interval of delta_pct "
-                                               "(1 - alpha per look): 'improved' or 'regressed' "
-                                               "when it excludes 0")
-    equivalence_pct: tuple[float, float] | None = Field(description="equivalence interval of "
-                                                        "delta_pct (1 - 2 beta per look): 'same' "
-                                                        "when it lies inside +-min_effect_pct")
-    windows: tuple[int, int] | None = Field(description="windows of A and B the rule needed")
-    offered_load: str | None = Field(description="the offered-load gate's evidence")
-    gates_failed: list[str]
-    gates_not_applicable: list[str] = Field(default_factory=list, description="gates whose "
-                                            "evidence this lab cannot give: they neither pass "
-                                            "nor block a keep (the reason is in the record)")
-    build_a: str | None
-    build_b: str | None
-    sweep_a: str | None
-    sweep_b: str | None
-    cost_usd: float
-    lab_seconds: float
 
 
 def _cost(ctx: LabContext, since_tool: str) -> Cost:
@@ -140,8 +121,8 @@ async def _sweep(ctx: LabContext, build: str, label: str) -> str:
     await abtest.switch_to(ctx, build)
     out = await ctx.call("sweep", {"densities": load_drivers.points(ctx.profile),
                                    "reps": dec.sweep_reps, "window_s": dec.window_s, "perf": True,
-                                   "label": label, "settle_s": dec.settle_s})
-    return str(out.sweep_id)
+                                   "label": label, "settle_s": dec.settle_s}, SweepOutput)
+    return out.sweep_id
 
 
 async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels: tuple[str, str]) -> None:
@@ -150,12 +131,13 @@ async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels
     await ctx.report(3, 5, "survivor: full sweeps of A and B")
     exp.sweep_a = await _a_sweep(ctx, store, exp.build_a, labels[0])
     exp.sweep_b = await _sweep(ctx, exp.build_b, labels[1])
-    cmp = await ctx.call("compare", {"baseline": exp.sweep_a, "candidate": exp.sweep_b})
+    cmp = await ctx.call("compare", {"baseline": exp.sweep_a, "candidate": exp.sweep_b},
+                         CompareOutput)
     exp.deltas = [DensityDelta(stations=d.stations, a_mean=d.baseline_mean, b_mean=d.candidate_mean,
                                delta_pct=d.delta_pct, p_value=d.p_value) for d in cmp.deltas]
     await ctx.report(4, 5, "gates")
     gates = await ctx.call("gate_check", {"sweep_id": exp.sweep_b,
-                                          "baseline_sweep_id": exp.sweep_a})
+                                          "baseline_sweep_id": exp.sweep_a}, GateOutput)
     screened = {x.name for x in exp.gates}  # the parity gates again, now on the full sweeps
     exp.gates += [GateResult(name=g.name, passed=g.passed, status=g.status,
                              evidence=("full sweep: " if g.name in screened else "") + g.evidence)
@@ -164,15 +146,14 @@ async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels
     try:
         sym = await ctx.call("symbolize", {"profile_id": b.points[-1].profile_id,
                                            "baseline_profile_id": a.points[-1].profile_id,
-                                           "top": 8})
-        exp.flame = {"profile_id": sym.profile_id, "baseline_profile_id": a.points[-1].profile_id,
-                     "key": sym.key, "svg": getattr(sym, "svg", None),
-                     "diff_svg": getattr(sym, "diff_svg", None),
-                     "baseline_svg": getattr(sym, "baseline_svg", None),
-                     "stations": sym.stations, "samples": sym.samples, "unknown_pct": sym.unknown_pct}
+                                           "top": 8}, SymbolizeOutput)
+        exp.flame = FlameRef(profile_id=sym.profile_id, baseline_profile_id=a.points[-1].profile_id,
+                             key=sym.key, svg=sym.svg, diff_svg=sym.diff_svg,
+                             baseline_svg=sym.baseline_svg, stations=sym.stations,
+                             samples=sym.samples, unknown_pct=sym.unknown_pct)
         exp.flame_deltas = [FunctionDelta.model_validate(d.model_dump()) for d in sym.top_deltas[:6]]
     except LabError as exc:  # a flame graph is evidence, not a gate: say why it is missing
-        exp.flame = {"error": exc.problem}
+        exp.flame = FlameRef(error=exc.problem)
 
 
 def _decide(exp: Experiment, where: str) -> tuple[Decision, str]:

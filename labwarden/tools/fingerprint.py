@@ -15,14 +15,14 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from labwarden.core.devtext import DeviceText
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.dut import procs
 from labwarden.lab.elfsym import build_id_from_head
 from labwarden.lab.host.builder import BuildManifest
 from labwarden.lab.host.builds import load_manifest
+from labwarden.results.fingerprint import FingerprintOutput, Mismatch
 from labwarden.tools.context import LabContext
 
 _HASH = re.compile(r"\b([0-9a-f]{7,40}|unknown)\b")
@@ -30,27 +30,6 @@ _HASH = re.compile(r"\b([0-9a-f]{7,40}|unknown)\b")
 
 class FingerprintInput(ToolInput):
     build_id: str = Field(description="the build that should be running", examples=["0649198d591e4e52"])
-
-
-class Mismatch(BaseModel):
-    path: DeviceText
-    check: str = Field(description="sha256 | build_id | git_hash | mapped | overlay | process")
-    expected: str
-    actual: DeviceText
-
-
-class FingerprintOutput(BaseModel):
-    verified: bool
-    build_id: str
-    git_hash_expected: str
-    git_hash_running: DeviceText | None = Field(description="what the running target prints "
-                                                "(None: [target] prints_git_hash is off)")
-    mismatches: list[Mismatch]
-    overlay_empty: bool
-    overlay_files: list[DeviceText] = Field(description="first files found in the overlay")
-    release_revision: DeviceText | None = Field(
-        None, description="DISTRIB_REVISION as the DUT reports it: shown, never trusted")
-    proven_by: list[str] = Field(default_factory=list, description="what was checked")
 
 
 def _revoke(ctx: LabContext) -> None:

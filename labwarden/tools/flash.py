@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolInput, ToolSpec, describe
@@ -21,18 +21,12 @@ from labwarden.lab.drivers.flash import FlashFailed
 from labwarden.lab.dut import procs
 from labwarden.lab.dut.errors import DeviceError
 from labwarden.lab.host.builds import load_manifest
+from labwarden.results.flash import FlashOutput
 from labwarden.tools.context import LabContext
 
 
 class FlashInput(ToolInput):
     build_id: str = Field(description="a build id returned by `build`", examples=["0649198d591e4e52"])
-
-
-class FlashOutput(BaseModel):
-    flashed: bool
-    build_id: str
-    overlay_wiped: bool = Field(description="the DUT's overlay holds no file after the flash")
-    duration_s: float
 
 
 async def run(ctx: LabContext, inp: FlashInput) -> FlashOutput:

@@ -17,25 +17,20 @@ the densest point's perf.data when it is not yet symbolized).
 from __future__ import annotations
 
 from itertools import pairwise
-from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from labwarden.core.conditions import verified_evidence
-from labwarden.core.experiments import GateResult
 from labwarden.core.measurements import ProfileRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
-from labwarden.lab.saturation import SaturateRecord
+from labwarden.results.gate_check import Gate, GateOutput
+from labwarden.results.saturate import SaturateRecord
+from labwarden.results.symbolize import SymbolizeOutput
 from labwarden.tools import parity, saturation_gates
 from labwarden.tools.context import LabContext
-
-GateName = Literal["cpu_monotonic", "unknown_frames", "assoc_matches_datamodel",
-                   "conditions_verified", "rss_bounded", "functional_parity",
-                   "offered_load_parity", "declared_parity", "saturation_confirmed",
-                   "load_on_target", "same_question"]
 
 
 class GateInput(ToolInput):
@@ -65,25 +60,11 @@ class GateInput(ToolInput):
         return self
 
 
-class Gate(GateResult):
-    """A gate of gate_check: one of GateName, with core/experiments' one status."""
-
-    name: GateName
-
-
-class GateOutput(BaseModel):
-    sweep_id: str = Field(description="the record judged: a sweep (swp-) or a saturation run (sat-)")
-    passed: bool = Field(description="no gate failed (not-applicable gates are listed apart)")
-    failed: list[GateName]
-    not_applicable: list[GateName] = Field(default_factory=list)
-    gates: list[Gate]
-
-
 async def _unknown_pct(ctx: LabContext, rec: SweepRecord, store: RecordStore) -> tuple[float | None, str]:
     densest = store.load("prof", rec.points[-1].profile_id, ProfileRecord)
     if not any(w.perf_data for w in densest.windows):
         return None, f"no perf.data at {densest.stations} clients (sweep ran with perf: false)"
-    out = await ctx.call("symbolize", {"profile_id": densest.id})  # a nested call, logged
+    out = await ctx.call("symbolize", {"profile_id": densest.id}, SymbolizeOutput)  # a nested call, logged
     return float(out.unknown_pct), f"{out.unknown_pct:.3f}% unknown frames at {densest.stations} clients"
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import builder, patchstore
 from labwarden.lab.host.builds import compiled, recipe
 from labwarden.lab.host.patchstore import PatchMeta, PatchStore, ProtectedArtifact, ProtectedPath
+from labwarden.results.patch_submit import PatchSubmitOutput
 from labwarden.tools.context import LabContext
 
 
@@ -33,17 +34,6 @@ class PatchSubmitInput(ToolInput):
     ref: str = Field("HEAD", max_length=100, description="git ref of the firmware repo")
     summary: str | None = Field(None, max_length=300, description="what it changes and why, in "
                                 "one line (shown in the experiment ledger)")
-
-
-class PatchSubmitOutput(BaseModel):
-    patch_id: str = Field(description="use it in build / experiment")
-    files: list[str]
-    base_commit: str
-    base_patches: list[str]
-    build_id: str = Field(description="base + this patch, compiled")
-    author: str | None = Field(description="the session that submitted it, when it is one of "
-                               "this client's principal (else null)")
-    cached: bool = Field(description="the same diff was submitted before under this name")
 
 
 def store(ctx: LabContext) -> PatchStore:

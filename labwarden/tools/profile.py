@@ -22,7 +22,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
@@ -37,6 +37,7 @@ from labwarden.lab.dut import datamodel, kstat, procs, sampler, uprobes
 from labwarden.lab.dut.commands import RunResult
 from labwarden.lab.dut.jobs import DutJobs
 from labwarden.lab.host.builds import load_manifest
+from labwarden.results.profile import CpuSummary, ProfileOutput
 from labwarden.tools.context import LabContext
 
 PERF_RECORD = ["record", "-N", "-z", "--buildid-mmap", "--no-bpf-event", "-e", "cpu-clock",
@@ -74,28 +75,6 @@ class ProfileInput(ToolInput):
                        "the caller already holds it (a sweep, an A/B)")
     idle: bool = Field(False, description="the windows run with the load stopped (a sweep's idle "
                        "baseline): recorded as an idle measurement")
-
-
-class CpuSummary(BaseModel):
-    mean: float = Field(description="mean of the reps' window CPU%, % of one core")
-    stdev: float
-    samples: int = Field(description="1 Hz samples behind it")
-    per_rep: list[float]
-
-
-class ProfileOutput(BaseModel):
-    profile_id: str
-    stations: int
-    cpu_pct: CpuSummary
-    counters: dict[str, float] = Field(description="uprobe hits per second, mean over reps")
-    rss_kb: int
-    pinned: bool = Field(description="governor performance and boost off in every window")
-    fingerprint_verified: bool = Field(description="in every window")
-    perf_bytes_per_s: float | None = Field(None, description="perf.data size per window second")
-    system_wide: bool = Field(False, description="perf recorded every CPU (kernel stacks)")
-    kernel: KernelSummary | None = Field(None, description="the DUT's kernel CPU split (None: "
-                                         "not measured)")
-    warnings: list[str]
 
 
 async def measure(ctx: LabContext, inp: ProfileInput) -> ProfileRecord:
@@ -350,7 +329,6 @@ def summarize(record: ProfileRecord) -> ProfileOutput:
         system_wide=record.system_wide,
         kernel=KernelSummary.of([w.kernel for w in record.windows if w.kernel is not None]),
         warnings=warnings)
-
 
 
 async def run(ctx: LabContext, inp: ProfileInput) -> ProfileOutput:

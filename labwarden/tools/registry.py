@@ -15,6 +15,8 @@ from collections.abc import Iterator, MutableMapping
 from labwarden.core.spec import ToolSpec
 from labwarden.lab import features
 from labwarden.lab.config import LabProfile
+from labwarden.results import register as register_output
+from labwarden.results import unregister as unregister_output
 
 _MODULES = {
     "lab_status": "lab_status",
@@ -102,7 +104,9 @@ def register(spec: ToolSpec) -> None:
     if spec.name in TOOLS:
         raise ValueError(f"a tool named {spec.name!r} is already registered")
     TOOLS[spec.name] = spec
+    register_output(spec.name, spec.output)  # its results read as its model (labwarden.results)
 
 
 def unregister(name: str) -> None:
     TOOLS.pop(name, None)
+    unregister_output(name)

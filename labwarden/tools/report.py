@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from labwarden.core.errors import ToolError
 from labwarden.core.paths import within
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.report import data, render
+from labwarden.results.report import ReportOutput
 from labwarden.tools.context import LabContext
 from labwarden.transcripts.access import readable
 
@@ -25,15 +26,6 @@ class ReportInput(ToolInput):
     title: str = Field("labwarden report", max_length=120, description="the page's title")
     name: str = Field("report", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
                       description="file name (without .html) under the lab's reports/ dir")
-
-
-class ReportOutput(BaseModel):
-    path: str
-    stages: list[str]
-    comparisons: int
-    gates_passed: list[bool] = Field(description="per gate_check: no gate failed (gates not "
-                                     "applicable to this lab do not count)")
-    bytes: int
 
 
 async def run(ctx: LabContext, inp: ReportInput) -> ReportOutput:
@@ -51,7 +43,7 @@ async def run(ctx: LabContext, inp: ReportInput) -> ReportOutput:
     path = render.write(d, within(ctx.data_dir / "reports", f"{inp.name}.html", what="name"))
     await ctx.report(2, 2, f"report written: {path}")
     return ReportOutput(path=str(path), stages=[s.label for s in d.stages],
-                        comparisons=len(d.compares), gates_passed=[not g["failed"] for g in d.gates],
+                        comparisons=len(d.compares), gates_passed=[not g.failed for g in d.gates],
                         bytes=path.stat().st_size)
 
 

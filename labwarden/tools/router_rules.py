@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import trafficwin, uci
+from labwarden.results.router_rules import RouterRulesOutput
 from labwarden.tools.context import LabContext
 
 _STATE = re.compile(r"rules=(\S+) mode=(\S+)")
@@ -31,14 +32,6 @@ class RouterRulesInput(ToolInput):
                                           "linear walk); set: one rule, the addresses in a set")
     wireguard: bool = Field(False, description="also route through a WireGuard tunnel (where the "
                             "DUT's router config has one: the qlab's runs both ends on the DUT)")
-
-
-class RouterRulesOutput(BaseModel):
-    before: str = Field(description="the config's rules and mode before (quoted DUT text)")
-    after: str = Field(description="the reload command's state line after (quoted DUT text)")
-    rules: int
-    mode: str
-    wireguard: bool
 
 
 async def run(ctx: LabContext, inp: RouterRulesInput) -> RouterRulesOutput:

@@ -21,7 +21,7 @@ from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolSpec, describe
 from labwarden.lab import trafficwin
 from labwarden.lab.drivers.load.iperf3 import TrafficSpec
-from labwarden.lab.saturation import (
+from labwarden.results.saturate import (
     Limit,
     SatStep,
     SaturateInput,

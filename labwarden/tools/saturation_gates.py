@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from labwarden.core.conditions import verified_evidence
-from labwarden.lab.saturation import SatStep, SaturateRecord
+from labwarden.results.saturate import SatStep, SaturateRecord
 
 Judge = Callable[[str, bool, str], Any]
 NotApplicable = Callable[[str, str], Any]

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import sourcetree
+from labwarden.results.source_read import SourceReadOutput
 from labwarden.tools.context import LabContext
 
 MAX_LINES = 200
@@ -33,16 +34,6 @@ class SourceReadInput(ToolInput):
         if self.end is not None and self.end < self.start:
             raise ValueError(f"end ({self.end}) must be >= start ({self.start})")
         return self
-
-
-class SourceReadOutput(BaseModel):
-    commit: str
-    path: str
-    start: int
-    end: int = Field(description="last line returned")
-    total_lines: int
-    lines: list[str] = Field(description="'NNNN| text', numbered")
-    next_start: int | None = Field(description="the next line to read; None at the end of the file")
 
 
 async def run(ctx: LabContext, inp: SourceReadInput) -> SourceReadOutput:

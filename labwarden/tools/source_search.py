@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host import grepworker, sourcetree
-from labwarden.lab.host.sourcetree import Hit
+from labwarden.results.source_search import SourceSearchOutput
 from labwarden.tools.context import LabContext
 
 
@@ -30,15 +30,6 @@ class SourceSearchInput(ToolInput):
     offset: int = Field(0, ge=0, le=1_000_000, description="hits to skip (from a previous next_offset)")
     limit: int = Field(10, ge=1, le=50, description="hits per page (a page of 10 with one line of "
                        "context stays under ~2,000 tokens)")
-
-
-class SourceSearchOutput(BaseModel):
-    commit: str
-    engine: str = Field(description="ripgrep or python")
-    total: int = Field(description="hits over the whole tree")
-    files: int = Field(description="files with a hit")
-    hits: list[Hit]
-    next_offset: int | None = Field(description="pass as offset for the next page; None: no more")
 
 
 async def run(ctx: LabContext, inp: SourceSearchInput) -> SourceSearchOutput:

@@ -15,7 +15,7 @@ import statistics
 from datetime import UTC, datetime
 from typing import Annotated
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
 from labwarden.core.measurements import ProfileRecord, SweepPoint, SweepRecord
 from labwarden.core.records import RecordStore
@@ -23,6 +23,9 @@ from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import features
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
+from labwarden.results.associate import AssociateOutput
+from labwarden.results.profile import ProfileOutput
+from labwarden.results.sweep import SweepOutput
 from labwarden.tools import parity
 from labwarden.tools.context import LabContext
 
@@ -52,16 +55,6 @@ class SweepInput(ToolInput):
         return v
 
 
-class SweepOutput(BaseModel):
-    sweep_id: str
-    label: str | None
-    build_id: str | None
-    points: list[SweepPoint]
-    cleanup_count: int | None = Field(description="the DUT's client count after disassociating "
-                                      "(None: the DUT has no clients reader)")
-    idle_note: str | None
-
-
 IDLE_NOTE = ("the load has no traffic to stop: every window runs the held workload as it is (on "
              "a station load: associations only), so idle = loaded")
 IDLE_MEASURED = ("idle = the same point with the load stopped (its own windows, measured after the "
@@ -84,19 +77,20 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
         for i, n in enumerate(densities):
             await ctx.report(i, len(densities), f"{load_drivers.label(load, n)} "
                              f"({i + 1}/{len(densities)})")
-            per_radio = (await ctx.call("associate", {"stations": n})).per_radio if holds else []
+            per_radio = (await ctx.call("associate", {"stations": n}, AssociateOutput)).per_radio \
+                if holds else []
             densest = i == len(densities) - 1
             if densest:  # the declared functional check, with the most clients held
                 check = await parity.check_output(ctx)
             window = {"stations": n, "window_s": inp.window_s, "reps": inp.reps, "hold": False,
                       "settle_s": inp.settle_s}
             summary = await ctx.call("profile", {**window, "perf": inp.perf and densest,
-                                                 "perf_reps": 1})
+                                                 "perf_reps": 1}, ProfileOutput)
             rec = store.load("prof", summary.profile_id, ProfileRecord)
             idle_cpu = summary.cpu_pct.mean if inp.idle_baseline else None
             if inp.idle_baseline and stops:  # a real baseline: the same point, the load stopped
                 await load.hold(0)
-                idle = await ctx.call("profile", {**window, "perf": False, "idle": True})
+                idle = await ctx.call("profile", {**window, "perf": False, "idle": True}, ProfileOutput)
                 idle_cpu = idle.cpu_pct.mean
             points.append(SweepPoint(
                 stations=n, profile_id=rec.id, cpu_mean=summary.cpu_pct.mean,

@@ -31,6 +31,7 @@ from labwarden.lab.host import folded as fl
 from labwarden.lab.host import symfs as sf
 from labwarden.lab.host.binaries import which
 from labwarden.lab.host.builds import load_manifest
+from labwarden.results.symbolize import FunctionShare, SymbolizeOutput
 from labwarden.tools.context import LabContext
 
 FORMAT = 2
@@ -49,14 +50,6 @@ class SymbolizeInput(ToolInput):
                                  examples=[["hal_get_all_stations_bulk"]])
 
 
-class FunctionShare(BaseModel):
-    name: str
-    total_pct: float = Field(description="% of samples with it anywhere in the stack")
-    self_pct: float = Field(description="% of samples with it as the leaf")
-    defined_in: str | None = Field(description="DSO of the build that defines it (None: no such "
-                                   "symbol in the build -- check the spelling before reading 0%)")
-
-
 class Symbolized(BaseModel):
     """What perf and inferno produced for one perf.data (cached as JSON, by its sha256)."""
 
@@ -69,40 +62,6 @@ class Symbolized(BaseModel):
     perf_warnings: list[str]
     threads_folded: str | None = Field(None, description="system-wide: stacks per thread "
                                        "(`comm-PID/TID` first frames); `folded` merges them by comm")
-
-
-class SymbolizeOutput(BaseModel):
-    profile_id: str
-    rep: int
-    stations: int
-    key: str = Field(description="sha256 prefix of perf.data (the cache key)")
-    samples: int
-    unknown_pct: float = Field(description="% of samples whose leaf frame is unresolved")
-    unknown_frames_pct: float
-    stacks_with_unknown_pct: float
-    unresolved_top: list[str]
-    depth: fl.Depth
-    system_wide: bool = Field(False, description="the profile recorded every CPU (kernel stacks)")
-    threads: list[fl.ThreadShare] = Field(default_factory=list, description="samples per thread, "
-                                          "heaviest first (at most 15)")
-    thread_groups: list[fl.ThreadGroup] = Field(default_factory=list, description="samples per "
-                                                "thread family (ksoftirqd/*, kworker/*, ...)")
-    dominant_path: list[fl.PathStep] = Field(description="heaviest path from the root")
-    tree: list[str] = Field(description="'TOTAL%  SELF%  name', indented by call depth")
-    functions: list[FunctionShare]
-    baseline_profile_id: str | None = None
-    top_deltas: list[fl.Delta] = Field(default_factory=list, description="with a baseline: the "
-                                       "functions that moved most, by absolute CPU (pp of one "
-                                       "core) beside their share of the samples")
-    folded: str = Field(description="artifact: folded stacks")
-    svg: str = Field(description="artifact: flame graph")
-    diff_svg: str | None = Field(None, description="artifact: differential flame graph")
-    baseline_svg: str | None = Field(None, description="artifact: the baseline's flame graph")
-    symfs: str
-    buildids_recorded: bool
-    symfs_missing: list[sf.MissingDso] = Field(description="DSOs without symbols (at most 10)")
-    warnings: list[str]
-    cached: bool = Field(description="perf did not run: every input came from the cache")
 
 
 def _bins(diff: bool) -> dict[str, str]:

@@ -12,7 +12,7 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from labwarden.core.kernelsplit import KernelSplit
 from labwarden.core.records import RecordStore
@@ -20,6 +20,7 @@ from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import trafficwin
 from labwarden.lab.drivers.load.iperf3 import TrafficSpec
 from labwarden.lab.dut import kstat
+from labwarden.results.traffic_sweep import IdleCpu, TrafficPoint, TrafficSweepOutput, TrafficSweepRecord
 from labwarden.tools.context import LabContext
 
 
@@ -58,48 +59,6 @@ class TrafficSweepInput(ToolInput):
                                 streams=streams, bitrate_mbps=b, omit_s=1) for b in self.bitrates_mbps]
         return [TrafficSpec(proto=self.proto, direction=self.direction, length=self.length,
                             streams=n, omit_s=1) for n in self.streams or []]
-
-
-class IdleCpu(BaseModel):
-    busy_pct: float = Field(description="all cores, % of their time")
-    softirq_pct: float = Field(description="all cores: softirq share (near zero with no traffic)")
-    busiest_softirq_system_pct: float
-    summary: str
-
-
-class TrafficPoint(BaseModel):
-    offered_mbps: float | None
-    streams: int
-    achieved_mbps: float
-    loss_pct: float | None
-    received_pps: float | None
-    retransmits: int | None
-    cpu_busy_pct: float = Field(description="DUT, all cores, % of their time")
-    softirq_pct: float = Field(description="DUT, all cores: softirq share")
-    busiest_cpu: str | None
-    busiest_softirq_system_pct: float = Field(description="the busiest core's softirq + system")
-    ksoftirqd_pct: float = Field(description="ksoftirqd threads together, % of one core")
-    queue_drops: int = Field(description="DUT qdisc drops + tx drops + tx errors in the window")
-    on_target: bool
-    check: str | None
-
-
-class TrafficSweepRecord(BaseModel):
-    id: str
-    label: str | None
-    started_at: datetime
-    idle: KernelSplit | None
-    steps: list[trafficwin.TrafficStep]
-
-
-class TrafficSweepOutput(BaseModel):
-    sweep_id: str
-    label: str | None
-    proto: str
-    direction: str
-    length: int | None
-    idle: IdleCpu | None
-    points: list[TrafficPoint]
 
 
 def point(step: trafficwin.TrafficStep) -> TrafficPoint:
