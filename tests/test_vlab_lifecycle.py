@@ -12,7 +12,7 @@ import pytest
 
 from labwarden.lab import uci
 from labwarden.vlab import control, firmware, procs, tuning
-from labwarden.vlab.layout import VlabLayout
+from labwarden.vlab.layout import SERVICES, VlabLayout
 
 
 def _wait(pred, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
@@ -101,8 +101,33 @@ def test_down_after_daemon_kill9_still_cleans_up(tmp_path: Path) -> None:
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     procs.wait_gone(pid, 5)
-    # children die with their parent (PDEATHSIG); down sweeps anything else and the stale files
+    # down sweeps what the dead daemon left (its services may outlive it: vlab/confine.py)
     control.down(root)
+    assert procs.processes_under(root) == []
+
+
+def test_up_after_daemon_kill9_stops_what_the_dead_daemon_left(tmp_path: Path) -> None:
+    """kill -9 of dutd: its confined services outlive it (bwrap's process may not signal a
+    nobody process: no CAP_KILL). The next `up` on the dir stops them and says so; afterwards
+    one stad and one stamon run, the new ones."""
+    root = tmp_path / "v"
+    control.up(root)
+    layout = VlabLayout.at(root)
+    pid = procs.read_pid(layout.dutd_pid)
+    old = {n: procs.read_pid(layout.run_dir / f"{n}.pid") for n in SERVICES}
+    assert pid is not None and all(procs.alive(p) for p in old.values())
+    os.kill(pid, signal.SIGKILL)
+    procs.wait_gone(pid, 5)
+    try:
+        info = control.up(root)
+        note = next(n for n in info.notes if "the dead dutd left running" in n)
+        assert all(str(p) in note for p in old.values()), (note, old)
+        assert not any(procs.alive(p) for p in old.values())
+        running = [p for p in procs.processes_under(root)
+                   if Path(os.readlink(f"/proc/{p}/exe")).name in SERVICES]
+        assert sorted(running) == sorted(info.pids.values()), (running, info.pids)
+    finally:
+        control.down(root)
     assert procs.processes_under(root) == []
 
 

@@ -52,8 +52,11 @@ def wrap(argv: list[str], layout: VlabLayout, info_fd: int) -> list[str]:
              "setpriv", f"--reuid={sandbox.NOBODY}", f"--regid={sandbox.NOBODY}", "--clear-groups",
              "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all",
              # bwrap's --die-with-parent is a parent-death signal, and the kernel clears it when
-             # setpriv changes the uid: set again after the change, or a service outlives its
-             # bwrap (every vlab reboot left the old stad and stamon running, polling the new one)
+             # setpriv changes the uid: set again after the change. It is still no guarantee: the
+             # kernel sends it with the dying parent's credentials, and bwrap's own process (uid 0
+             # with every capability dropped, no CAP_KILL) may not signal a nobody process -- so a
+             # service outlives a dutd killed outright (kill -9). supervisor.stop_all signals each
+             # service itself (a reboot), and `vlab up`/`down` stop what a dead dutd left.
              "--pdeathsig=SIGKILL", "--"]
     return [*args, *argv]
 

@@ -135,6 +135,12 @@ def up(root: str | os.PathLike[str], port: int = 0, patches: list[str] | None = 
     if pid is not None:
         layout.dutd_pid.unlink()
         notes.append(f"removed stale pid file (dutd pid {pid} was not running)")
+        # a dutd killed outright leaves its services running (confine.py says why): stop them,
+        # or the old stad would answer on the new one's socket
+        orphans = [p for p in procs.processes_under(layout.root) if procs.stop(p, timeout=2)]
+        if orphans:
+            notes.append(f"stopped {len(orphans)} process(es) the dead dutd left running: "
+                         f"{', '.join(map(str, orphans))}")
     if port and not _port_free(port):
         raise VlabError(f"port {port} on 127.0.0.1 is in use",
                         "pick another --port, or omit it to take a free one")
