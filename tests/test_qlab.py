@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from labwarden.cli.app import app
 from labwarden.core.devtext import unmark
 from labwarden.lab.config import LabProfile
-from labwarden.lab.labgrid import LabgridConfig, resolve_target
+from labwarden.lab.labgrid import LabgridConfig, resolve_endpoint
 from labwarden.lab.labgrid import transition as labgrid_transition
 from labwarden.qlab import control, ctlsock, firmware, guestssh, procs, stations
 from labwarden.runtime.runner import call_tool
@@ -68,7 +68,7 @@ def test_boots_through_labgrid(qlab: Qlab) -> None:
     # the lab profile names the labgrid env, and its pinned key is the guest's dropbear key
     prof = LabProfile.from_file(qlab.layout.lab_toml)
     assert prof.dut.backend == "labgrid" and prof.dut.labgrid is not None
-    ep = resolve_target(LabgridConfig(env=prof.dut.labgrid.env, host_key=prof.dut.labgrid.host_key))
+    ep = resolve_endpoint(LabgridConfig(env=prof.dut.labgrid.env, host_key=prof.dut.labgrid.host_key))
     assert (ep.host, ep.port) == ("127.0.0.1", port)
     key = qlab.sh("dropbearkey -y -f /etc/dropbear/dropbear_ed25519_host_key | grep ^ssh-ed25519")
     assert key.stdout.split()[:2] == prof.dut.labgrid.host_key.split()[:2]

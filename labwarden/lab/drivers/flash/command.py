@@ -28,7 +28,7 @@ class CommandFlash:
         return " ".join(self.section.command)
 
     def argv(self, image: Path) -> list[str]:
-        ep = self.dev.target
+        ep = self.dev.endpoint
         fill = {"{image}": str(image), "{host}": ep.host, "{port}": str(ep.port), "{user}": ep.user}
         out = []
         for arg in self.section.command:
