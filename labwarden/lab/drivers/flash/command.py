@@ -9,8 +9,7 @@ import contextlib
 from pathlib import Path
 from typing import ClassVar
 
-from labwarden.lab.config import CommandFlash as CommandFlashSection
-from labwarden.lab.config import LabProfile
+from labwarden.lab.config import CommandFlashSection, LabProfile
 from labwarden.lab.drivers.flash import back
 from labwarden.lab.drivers.flash.base import FlashFailed, Report
 from labwarden.lab.dut.device import Device

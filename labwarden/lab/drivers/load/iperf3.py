@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from labwarden.core.devtext import quote
-from labwarden.lab.config import Iperf3Load
+from labwarden.lab.config import Iperf3LoadSection
 from labwarden.lab.drivers.load.base import LoadError
 
 ON_TARGET_PCT = 10.0
@@ -171,7 +171,7 @@ class Iperf3:
     default_points: ClassVar[tuple[int, ...]] = (1, 4, 8)
     stops_traffic: ClassVar[bool] = True
 
-    def __init__(self, section: Iperf3Load):
+    def __init__(self, section: Iperf3LoadSection):
         self.section = section
         self.radios = section.radios
 
