@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from labwarden.core.conditions import Conditions
+from labwarden.core.conditions import WindowConditions
 from labwarden.core.measurements import ProfileRecord, Window
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
@@ -81,10 +81,10 @@ def record_profile(layout: VlabLayout, build_id: str, stations: int = 114, secon
     data = art / "rep0.perf.data"
     _perf_record(layout, data, seconds, buildid_mmap)
     shutil.copyfile("/proc/kallsyms", art / "kallsyms")
-    cond = Conditions(build_id=build_id, fingerprint_verified=True, governors=[], boost="",
-                      clk_tck=100, vaps_enabled=[], channels={}, stations=stations,
-                      host=os.uname().nodename, target="stad",
-                      perf=" ".join(PERF_RECORD), labwarden="test")
+    cond = WindowConditions(build_id=build_id, fingerprint_verified=True, governors=[], boost="",
+                            clk_tck=100, vaps_enabled=[], channels={}, stations=stations,
+                            host=os.uname().nodename, target="stad",
+                            perf=" ".join(PERF_RECORD), labwarden="test")
     win = Window(rep=0, started_at=t0, duration_s=seconds, cpu_pct=0.0, cpu_series=[],
                  rss_kb=0, datamodel_start=stations, datamodel_end=stations,
                  perf_data=str(data), perf_bytes=data.stat().st_size, conditions=cond)

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.conditions import Conditions
+from labwarden.core.conditions import WindowConditions
 from labwarden.core.kernelsplit import KernelSplit
 
 MAX_REPS = 10
@@ -39,7 +39,7 @@ class Window(BaseModel):
                                        "softirq counts over the window (/proc/stat and "
                                        "/proc/softirqs at its start and end); None: not measured "
                                        "(records before [2/6], or the DUT did not answer)")
-    conditions: Conditions
+    conditions: WindowConditions
 
 
 class ProfileRecord(BaseModel):

@@ -13,7 +13,7 @@ import statistics
 from pydantic import Field
 from scipy import stats
 
-from labwarden.core.conditions import Conditions
+from labwarden.core.conditions import WindowConditions
 from labwarden.core.decision import Verdict, pct_interval
 from labwarden.core.errors import ToolError
 from labwarden.core.measurements import ProfileRecord, SweepRecord
@@ -75,7 +75,7 @@ def welch_delta(a: list[float], b: list[float], alpha: float, min_effect_pct: fl
                         verdict=verdict)
 
 
-def _conditions(store: RecordStore, rec: SweepRecord) -> list[Conditions]:
+def _conditions(store: RecordStore, rec: SweepRecord) -> list[WindowConditions]:
     return [w.conditions for p in rec.points
             for w in store.load("prof", p.profile_id, ProfileRecord).windows]
 
