@@ -238,7 +238,7 @@ async def test_power_cycle_through_the_strategy_and_a_refused_image(qlab: Qlab, 
 async def test_flame_graph_has_kernel_frames_under_the_daemons_netlink_calls(qlab: Qlab) -> None:
     """perf in the guest, kernel stacks from the guest's kallsyms, symfs from the image's own
     files (its libc, its libnl), with 18 real stations held by the wpa_supplicant load."""
-    prof = await _ok(qlab, "profile", {"stations": 18, "window_s": 4, "reps": 1})
+    prof = await _ok(qlab, "measure", {"stations": 18, "window_s": 4, "reps": 1})
     assert prof["fingerprint_verified"] and prof["cpu_pct"]["mean"] > 1, prof
     assert prof["counters"]["rpc_calls"] > 0, prof  # the uprobe counter in the guest kernel
     assert (await asyncio.to_thread(_ap_macs, qlab))["vap0"] == {_mac(i) for i in (1, 7, 13)}  # held for real

@@ -156,5 +156,5 @@ def test_a_kept_experiment_brings_its_curves_and_its_differential_flame_graph(tm
     html = render.render(d)
     assert html.count("<iframe") == 3, "before, after and differential"
     assert "outside" not in html
-    assert "profile prof-000000000001 at 18 clients, 900 samples, 0.4% unknown frames" in html
+    assert "measurement prof-000000000001 at 18 clients, 900 samples, 0.4% unknown frames" in html
     assert "<code>wld_ad_syncInfo</code>" in html

@@ -211,7 +211,7 @@ class StasimLoadSection(_Strict):
     settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0], description="seconds from "
                             "associating clients to the first window: at least one poll interval "
                             "of the monitor, so every client is in the steady polling cycle "
-                            "(a sweep or profile call may override it)")
+                            "(a sweep or measure call may override it)")
 
 
 class NoLoadSection(_Strict):

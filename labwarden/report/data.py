@@ -8,7 +8,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from labwarden.core.experiments import Bisection, Experiment, FunctionDelta
-from labwarden.core.measurements import ProfileRecord, SweepRecord
+from labwarden.core.measurements import MeasurementRecord, SweepRecord
 from labwarden.core.paths import PathRefused, contained
 from labwarden.core.records import RecordNotFound, RecordStore, RecordUnreadable
 from labwarden.lab.host.folded import PathStep
@@ -30,7 +30,7 @@ M = TypeVar("M", bound=BaseModel)
 class Stage(BaseModel):
     label: str
     sweep: SweepRecord
-    profiles: list[ProfileRecord]
+    profiles: list[MeasurementRecord]
 
 
 class WindowRow(BaseModel):
@@ -159,7 +159,7 @@ def _load(records: RecordStore, kind: str, rid: str, cls: type[M], unreadable: l
 
 
 def _stage(records: RecordStore, rec: SweepRecord, label: str, unreadable: list[str]) -> Stage:
-    profs = [_load(records, "prof", p.profile_id, ProfileRecord, unreadable) for p in rec.points]
+    profs = [_load(records, "prof", p.profile_id, MeasurementRecord, unreadable) for p in rec.points]
     return Stage(label=rec.label or label, sweep=rec, profiles=[p for p in profs if p is not None])
 
 

@@ -16,7 +16,7 @@ from scipy import stats
 from labwarden.core.conditions import WindowConditions
 from labwarden.core.decision import Verdict, pct_interval
 from labwarden.core.errors import ToolError
-from labwarden.core.measurements import ProfileRecord, SweepRecord
+from labwarden.core.measurements import MeasurementRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.results.compare import CompareOutput, PointDelta
@@ -77,7 +77,7 @@ def welch_delta(a: list[float], b: list[float], alpha: float, min_effect_pct: fl
 
 def _conditions(store: RecordStore, rec: SweepRecord) -> list[WindowConditions]:
     return [w.conditions for p in rec.points
-            for w in store.load("prof", p.profile_id, ProfileRecord).windows]
+            for w in store.load("prof", p.profile_id, MeasurementRecord).windows]
 
 
 async def run(ctx: LabContext, inp: CompareInput) -> CompareOutput:

@@ -21,7 +21,7 @@ from itertools import pairwise
 from pydantic import Field, model_validator
 
 from labwarden.core.conditions import verified_evidence
-from labwarden.core.measurements import ProfileRecord, SweepRecord
+from labwarden.core.measurements import MeasurementRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
@@ -61,7 +61,7 @@ class GateInput(ToolInput):
 
 
 async def _unknown_pct(ctx: LabContext, rec: SweepRecord, store: RecordStore) -> tuple[float | None, str]:
-    densest = store.load("prof", rec.points[-1].profile_id, ProfileRecord)
+    densest = store.load("prof", rec.points[-1].profile_id, MeasurementRecord)
     if not any(w.perf_data for w in densest.windows):
         return None, f"no perf.data at {densest.stations} clients (sweep ran with perf: false)"
     out = await ctx.call("symbolize", {"profile_id": densest.id}, SymbolizeOutput)  # a nested call, logged
@@ -86,7 +86,7 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
                                                           CheckedGate.not_applicable))
     assert inp.sweep_id is not None
     rec = store.load("swp", inp.sweep_id, SweepRecord)
-    profiles = [store.load("prof", p.profile_id, ProfileRecord) for p in rec.points]
+    profiles = [store.load("prof", p.profile_id, MeasurementRecord) for p in rec.points]
     axis = load_drivers.DRIVERS[ctx.profile.load.kind].axis
     no_clients = axis is None
     counted = all(w.datamodel_start is not None for prof in profiles for w in prof.windows) \
@@ -158,7 +158,7 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
     if inp.baseline_sweep_id is not None:
         base = store.load("swp", inp.baseline_sweep_id, SweepRecord)
         counter = ctx.profile.decision.offered_load_counter
-        densest_a = store.load("prof", base.points[-1].profile_id, ProfileRecord)
+        densest_a = store.load("prof", base.points[-1].profile_id, MeasurementRecord)
         loads_a, loads_b = ((parity.window_loads([densest_a], counter),
                              parity.window_loads(profiles[-1:], counter)) if counter else ([], []))
         for g in (parity.offered_load(ctx.profile.decision, loads_a, loads_b, window_s=densest_a.window_s),

@@ -18,7 +18,7 @@ import statistics
 
 from labwarden.core.devtext import clean, quote
 from labwarden.core.experiments import Gate
-from labwarden.core.measurements import ProfileRecord
+from labwarden.core.measurements import MeasurementRecord
 from labwarden.lab.config import DecisionSection
 from labwarden.tools.context import LabContext
 
@@ -67,7 +67,7 @@ def rate(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def window_loads(profiles: list[ProfileRecord], counter: str) -> list[float]:
+def window_loads(profiles: list[MeasurementRecord], counter: str) -> list[float]:
     return [w.counters[counter] for p in profiles for w in p.windows if counter in w.counters]
 
 

@@ -5,7 +5,7 @@ The client runs on the lan side and the server on the wan side, each through its
 measured window (`iperf3 --json`, the server's own view fetched with --get-server-output) and
 returns what iperf3 itself says -- achieved rate, loss, jitter, retransmits, per-interval series --
 checked against what was asked. `hold(n)` keeps n TCP streams running until `hold(0)` (the
-LoadDriver seam: `profile`/`sweep` windows under load; 0 = the load stopped, an idle baseline).
+LoadDriver seam: `measure`/`sweep` windows under load; 0 = the load stopped, an idle baseline).
 """
 
 from __future__ import annotations
