@@ -52,7 +52,7 @@ def _notes(d: ReportData) -> list[str]:
     """What was not measured, once each (e.g. uprobe counters on a DUT without tracefs)."""
     seen: list[str] = []
     for st in d.stages:
-        for prof in st.profiles:
+        for prof in st.measurements:
             for note in prof.notes:
                 if note not in seen:
                     seen.append(note)
