@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from labwarden.core.decision import DecisionRule, Judgement, judge, next_windows
-from labwarden.core.measurements import ProfileRecord
+from labwarden.core.measurements import MeasurementRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
 from labwarden.lab.drivers import load as load_drivers
@@ -62,14 +62,14 @@ async def record(lab: Path, windows: int) -> tuple[list[float], LabProfile]:
             rec = await call_tool(ctx, name, args)
             assert rec.ok, (name, rec.error)
         values: list[float] = []
-        while len(values) < windows:  # the profile tool takes 10 windows a call
+        while len(values) < windows:  # the measure tool takes 10 windows a call
             reps = min(10, windows - len(values))
-            rec = await call_tool(ctx, "profile", {"stations": load_drivers.points(profile)[-1],
+            rec = await call_tool(ctx, "measure", {"stations": load_drivers.points(profile)[-1],
                                                    "window_s": dec.window_s, "reps": reps,
                                                    "perf": False, "settle_s": dec.settle_s})
             assert rec.ok and rec.result, rec.error
             values += RecordStore(ctx.data_dir).load("prof", rec.result["profile_id"],
-                                                     ProfileRecord).cpu_values()
+                                                     MeasurementRecord).cpu_values()
         return values, profile
 
 

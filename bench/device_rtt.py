@@ -127,13 +127,13 @@ def _labgrid_pin_holds(layout: VlabLayout, port: int, work: Path) -> str | None:
 async def _measure(root: Path, n: int, console: Console) -> None:
     layout = VlabLayout.at(root)
     port = int(layout.ssh_port_file.read_text())
-    target = SshEndpoint(host="127.0.0.1", port=port, key=str(layout.client_key),
-                         host_key=control.host_key_line(layout))
+    endpoint = SshEndpoint(host="127.0.0.1", port=port, key=str(layout.client_key),
+                           host_key=control.host_key_line(layout))
     rows: dict[str, dict[str, tuple[float, float]]] = {}
     labgrid_note = ""
     notes: list[str] = []
     load_before = os.getloadavg()
-    async with Device(target) as dev:
+    async with Device(endpoint) as dev:
         for argv in COMMANDS:
             name = " ".join(argv)
             rows.setdefault("Device.run (persistent channel)", {})[name] = _quantiles(

@@ -2,7 +2,7 @@
 
 For each rule count: two host namespaces joined by a veth pair, N non-matching rules on the
 receiver's input hook (tests/netns_traffic.py), iperf3 UDP at -b 0 with 100-byte payloads for
-the whole window; the vlab's `profile` (system_wide, one window) and `symbolize`. Plus one idle
+the whole window; the vlab's `measure` (system_wide, one window) and `symbolize`. Plus one idle
 window (no traffic) first. Each row: packets/s received (iperf3's own JSON), loss, the kernel
 split (all cores' softirq %, the busiest core's softirq+system %), NET_RX/s, nft_do_chain's
 share of all samples, the symfs (DSOs fetched of those mapped) and symbolize's wall time.
@@ -53,14 +53,14 @@ async def bench(layout: VlabLayout, rules: list[int], window: float, console: Co
     for col in ("rules", "rx pps", "loss %", "softirq % (all)", "busiest sirq+sys %",
                 "NET_RX/s", "nft_do_chain %", "top threads", "symfs DSOs", "symbolize s"):
         table.add_column(col, justify="left" if col == "top threads" else "right")
-    idle, _ = await _call(layout, "profile", {**base, "system_wide": True})
+    idle, _ = await _call(layout, "measure", {**base, "system_wide": True})
     k = idle["kernel"]
     table.add_row("idle", "-", "-", f"{k['softirq_pct']:.1f}", f"{k['busiest_softirq_system_pct']:.1f}",
                   f"{k['net_rx_per_s']:.0f}", "-", "-", "-", "-")
     for n in rules:
         console.print(f"{n} rules ...")
         with netns_pair(n) as pair, pair.udp_load(window + 2, wait=True) as load:
-            prof, _ = await _call(layout, "profile", {**base, "system_wide": True})
+            prof, _ = await _call(layout, "measure", {**base, "system_wide": True})
         sym, took = await _call(layout, "symbolize", {"profile_id": prof["profile_id"],
                                                       "functions": ["nft_do_chain"]})
         s, k = load.summary or {}, prof["kernel"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from labwarden.core.measurements import ProfileRecord
+from labwarden.core.measurements import MeasurementRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
 from labwarden.runtime.runner import call_tool
@@ -46,7 +46,7 @@ async def iteration(lab: Path, window: float, reps: int) -> list[tuple[str, floa
         await step("gate_check", {"sweep_id": cand["sweep_id"]})
         store = RecordStore(ctx.data_dir)
         windows = [w for p in cand["points"]
-                   for w in store.load("prof", p["profile_id"], ProfileRecord).windows]
+                   for w in store.load("prof", p["profile_id"], MeasurementRecord).windows]
         steps.append(("(windows inside the sweep, as recorded)", sum(w.duration_s for w in windows)))
         steps.append(("(windows inside the sweep, nominal)", window * len(windows)))
     return steps

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from labwarden.core.measurements import ProfileRecord
+from labwarden.core.measurements import MeasurementRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
 from labwarden.runtime.runner import call_tool
@@ -22,16 +22,16 @@ from labwarden.runtime.session import open_lab
 from labwarden.vlab import control
 
 
-async def measure(lab: Path, window: float, reps: int) -> tuple[list[dict], list[ProfileRecord]]:  # type: ignore[type-arg]
+async def measure(lab: Path, window: float, reps: int) -> tuple[list[dict], list[MeasurementRecord]]:  # type: ignore[type-arg]
     profile = LabProfile.from_file(lab)
     async with open_lab(profile, client="bench") as ctx:
         assert (await call_tool(ctx, "fingerprint_verify", {"build_id": profile.build.baseline})).ok
         rec = await call_tool(ctx, "sweep", {"densities": [18, 60, 114], "reps": reps, "window_s": window})
         assert rec.ok and rec.result, rec.error
-        prof = await call_tool(ctx, "profile", {"stations": 114, "window_s": window, "reps": 2})
+        prof = await call_tool(ctx, "measure", {"stations": 114, "window_s": window, "reps": 2})
         assert prof.ok and prof.result, prof.error
         store = RecordStore(ctx.data_dir)
-        return rec.result["points"], [store.load("prof", prof.result["profile_id"], ProfileRecord)]
+        return rec.result["points"], [store.load("prof", prof.result["profile_id"], MeasurementRecord)]
 
 
 def main() -> None:

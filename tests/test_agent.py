@@ -61,7 +61,7 @@ def vlab_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VlabLayout]:
 @pytest.fixture(scope="module")
 def lab(vlab_root: VlabLayout) -> Path:
     """The vlab's profile without uprobe counters, so the agent tests do not depend on tracefs;
-    counting is the profile tool's business, tested there. Everything else is the vlab's own."""
+    counting is the measure tool's business, tested there. Everything else is the vlab's own."""
     text = vlab_root.lab_toml.read_text()
     lines = [("uprobes = {}" if ln.startswith("uprobes =") else ln) for ln in text.splitlines()]
     assert lines != text.splitlines(), "the vlab profile names no uprobes any more"

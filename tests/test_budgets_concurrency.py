@@ -126,7 +126,7 @@ async def test_the_lease_is_renewed_while_a_call_runs(lab: VlabLayout) -> None:
     prof = _profile(lab, lease_ttl_s=3)
     async with Device(prof.ssh_endpoint()) as dev, open_lab(prof, client="test") as ctx:
         rival = Lease(dev, prof.dut.paths.run, "rival@elsewhere:1.1/s-rival", ttl_s=3)
-        call = asyncio.create_task(call_tool(ctx, "profile", {"stations": 6, "window_s": 3,
+        call = asyncio.create_task(call_tool(ctx, "measure", {"stations": 6, "window_s": 3,
                                                              "reps": 2, "perf": False}))
         attempts = 0
         while not call.done():

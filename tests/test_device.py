@@ -37,7 +37,7 @@ pytestmark = pytest.mark.anyio
 
 
 
-def _target(layout: VlabLayout, **kw: object) -> SshEndpoint:
+def _endpoint(layout: VlabLayout, **kw: object) -> SshEndpoint:
     fields: dict[str, object] = {
         "host": "127.0.0.1", "port": int(layout.ssh_port_file.read_text()),
         "key": str(layout.client_key),
@@ -48,7 +48,7 @@ def _target(layout: VlabLayout, **kw: object) -> SshEndpoint:
 
 @pytest.fixture
 async def dev(vlab: VlabLayout) -> AsyncIterator[Device]:
-    async with Device(_target(vlab)) as device:
+    async with Device(_endpoint(vlab)) as device:
         yield device
 
 
@@ -331,7 +331,7 @@ async def test_signal_to_a_gone_process(dev: Device) -> None:
 
 async def test_wrong_host_key_is_refused_without_retry(vlab: VlabLayout) -> None:
     impostor = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode()
-    device = Device(_target(vlab, host_key=impostor), retries=3)
+    device = Device(_endpoint(vlab, host_key=impostor), retries=3)
     t0 = time.monotonic()
     with pytest.raises(HostKeyMismatch) as info:
         await device.connect()
@@ -341,28 +341,28 @@ async def test_wrong_host_key_is_refused_without_retry(vlab: VlabLayout) -> None
 
 
 async def test_known_hosts_file_pins_too(vlab: VlabLayout, tmp_path: Path) -> None:
-    async with Device(_target(vlab, host_key=None, known_hosts=str(vlab.known_hosts))) as device:
+    async with Device(_endpoint(vlab, host_key=None, known_hosts=str(vlab.known_hosts))) as device:
         assert (await device.run(["echo", "pinned"])).stdout == "pinned\n"
     other = tmp_path / "known_hosts"
     other.write_text(vlab.known_hosts.read_text().replace("[127.0.0.1]", "[127.0.0.2]"))
     with pytest.raises(HostKeyMismatch):
-        await Device(_target(vlab, host_key=None, known_hosts=str(other))).connect()
+        await Device(_endpoint(vlab, host_key=None, known_hosts=str(other))).connect()
 
 
 async def test_no_pin_is_refused(vlab: VlabLayout) -> None:
     with pytest.raises(DeviceError, match="no host key pinned"):
-        Device(_target(vlab, host_key=None))
+        Device(_endpoint(vlab, host_key=None))
 
 
 async def test_wrong_client_key(vlab: VlabLayout, tmp_path: Path) -> None:
     key = tmp_path / "other_key"
     asyncssh.generate_private_key("ssh-ed25519").write_private_key(str(key))
     with pytest.raises(AuthRefused) as info:
-        await Device(_target(vlab, key=str(key))).connect()
+        await Device(_endpoint(vlab, key=str(key))).connect()
     assert isinstance(info.value, DeviceError)
     assert str(key) in info.value.problem and "authorized keys" in info.value.remedy
     with pytest.raises(AuthRefused, match="cannot load the client key"):
-        await Device(_target(vlab, key=str(tmp_path / "absent"))).connect()
+        await Device(_endpoint(vlab, key=str(tmp_path / "absent"))).connect()
 
 
 def _free_port() -> int:
@@ -373,7 +373,7 @@ def _free_port() -> int:
 
 async def test_unreachable_port_fails_quickly(vlab: VlabLayout) -> None:
     port = _free_port()
-    device = Device(_target(vlab, port=port), retries=3)
+    device = Device(_endpoint(vlab, port=port), retries=3)
     t0 = time.monotonic()
     with pytest.raises(Unreachable) as info:
         await device.run(["true"])
@@ -383,7 +383,7 @@ async def test_unreachable_port_fails_quickly(vlab: VlabLayout) -> None:
 
 
 async def test_reconnects_after_reboot(fresh_vlab: VlabLayout) -> None:
-    async with Device(_target(fresh_vlab)) as device:
+    async with Device(_endpoint(fresh_vlab)) as device:
         shell = await _shell_pid(device)
         stad = (await device.pidof("stad"))
         await anyio.to_thread.run_sync(control.reboot, fresh_vlab.root)

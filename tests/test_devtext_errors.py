@@ -78,7 +78,7 @@ def test_no_device_output_is_interpolated_unquoted() -> None:
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT)
         if rel.parts[0] == "vlab" or rel.parts[:2] in (("lab", "host"), ("qlab", "debian.py")) \
-                or rel.name == "helpers.py":  # the DUT side, and host-only tools (mmdebstrap)
+                or rel.name == "helper_programs.py":  # the DUT side, and host-only tools (mmdebstrap)
             continue
         src = path.read_text()
         for node in ast.walk(ast.parse(src)):
@@ -133,7 +133,7 @@ async def test_a_knob_value_from_the_dut_is_quoted_in_the_refusal(lab: VlabLayou
     tuning.set_governor(lab, INJECTION.replace("\n", " "))
     try:
         async with open_lab(_profile(lab, policy={"heal": []}), client="test") as ctx:
-            rec = await call_tool(ctx, "profile", {"stations": 6, "window_s": 2, "reps": 1})
+            rec = await call_tool(ctx, "measure", {"stations": 6, "window_s": 2, "reps": 1})
         assert rec.error is not None and rec.error.code == "env_unpinned", rec.error
         marked(rec.error.message)
     finally:

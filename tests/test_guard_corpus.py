@@ -190,18 +190,18 @@ async def test_state_corpus(lab: VlabLayout, session: LabContext) -> None:
     """Refusals that depend on the lab's state; each setup is undone after its call."""
     other = Lease(session.device, str(lab.run_dir), "mallory@elsewhere/s1")
     cases: list[tuple[str, dict[str, Any], str, Callable[[], Callable[[], None]]]] = [
-        ("profile", MEASURE, "env_unpinned", lambda: _set_governor(lab, "schedutil")),
+        ("measure", MEASURE, "env_unpinned", lambda: _set_governor(lab, "schedutil")),
         ("sweep", {"densities": [18], "reps": 1, "window_s": 2}, "env_unpinned",
          lambda: _set_governor(lab, "powersave")),
-        ("profile", MEASURE, "topology_drifted", lambda: _disable_vap(lab, "vap4")),
-        ("profile", MEASURE, "fingerprint_unverified", lambda: _unverified(lab)),
+        ("measure", MEASURE, "topology_drifted", lambda: _disable_vap(lab, "vap4")),
+        ("measure", MEASURE, "fingerprint_unverified", lambda: _unverified(lab)),
         ("sweep", {"densities": [18], "reps": 1, "window_s": 2}, "fingerprint_unverified",
          lambda: _unverified(lab)),
         ("associate", {"stations": 18}, "board_bad", lambda: _board(lab, "bad")),
         ("flash", {"build_id": baseline(lab)}, "board_bad", lambda: _board(lab, "bad")),
         ("build", {"patches": ["0901"]}, "board_bad", lambda: _board(lab, "bad")),
         ("associate", {"stations": 18}, "board_unknown", lambda: _board(lab, "unknown")),
-        ("profile", MEASURE, "board_unknown", lambda: _board(lab, "unknown")),
+        ("measure", MEASURE, "board_unknown", lambda: _board(lab, "unknown")),
     ]
     before = dut_snapshot(lab)
     n_before = len(_refusals(session))

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from labwarden.core.decision import DecisionRule, judge, pct_interval
-from labwarden.core.experiments import GateResult
+from labwarden.core.experiments import Gate
 from labwarden.lab.config import DecisionSection, LabProfile, ProfileError
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut.datamodel import parse
@@ -20,7 +20,7 @@ from labwarden.lab.elfsym import build_id, build_id_from_head
 from labwarden.lab.host.folded import Folded, top_deltas
 from labwarden.tools import parity, saturation_gates
 from labwarden.tools.fingerprint import hash_matches
-from labwarden.tools.gate_check import Gate, gate_output
+from labwarden.tools.gate_check import CheckedGate, gate_output
 from labwarden.tools.saturate import SaturateRecord
 
 
@@ -80,9 +80,9 @@ def test_the_build_id_read_from_a_binarys_head_is_pyelftools(binary: str) -> Non
 
 
 def test_one_gate_status_everywhere() -> None:
-    old = GateResult.model_validate({"name": "x", "passed": False, "evidence": "e"})
+    old = Gate.model_validate({"name": "x", "passed": False, "evidence": "e"})
     assert old.status == "failed" and old.failed  # a record written before the status
-    na = GateResult.not_applicable("declared_parity", "nothing declared")
+    na = Gate.not_applicable("declared_parity", "nothing declared")
     assert na.status == "not_applicable" and not na.failed and not na.passed
     assert parity.offered_load(DecisionSection(), [1.0], [1.0]).status == "not_applicable"
     assert parity.functional(None, None).status == "not_applicable"
@@ -109,8 +109,8 @@ def test_a_saturation_gate_without_its_evidence_is_not_applicable_not_failed() -
     `saturation_confirmed` has no check to judge -> not_applicable with the reason, listed apart
     from the failed ones; a run with no windows fails `conditions_verified` and says so, never
     "fingerprint verified"."""
-    by = {g.name: g for g in saturation_gates.gates(_saturation_run(), None, Gate.judged,
-                                                     Gate.not_applicable)}
+    by = {g.name: g for g in saturation_gates.gates(_saturation_run(), None, CheckedGate.judged,
+                                                            CheckedGate.not_applicable)}
     confirmed = by["saturation_confirmed"]
     assert confirmed.status == "not_applicable" and not confirmed.failed, confirmed
     assert "verify: false" in confirmed.evidence

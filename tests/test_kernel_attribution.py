@@ -19,7 +19,7 @@ import pytest
 
 from labwarden.core.devtext import unmark
 from labwarden.core.kernelsplit import KernelSummary
-from labwarden.core.measurements import ProfileRecord
+from labwarden.core.measurements import MeasurementRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab.host import folded as fl
 from labwarden.vlab.layout import VlabLayout
@@ -43,11 +43,11 @@ def lab(lab: VlabLayout) -> VlabLayout:
 
 async def _profiles(lab: VlabLayout) -> tuple[dict[str, Any], dict[str, Any]]:
     await ok(lab, "fingerprint_verify", {"build_id": baseline(lab)})
-    idle = await ok(lab, "profile", {**WINDOW, "perf": False})
+    idle = await ok(lab, "measure", {**WINDOW, "perf": False})
     with netns_pair(RULES) as pair:
         names = (pair.client, pair.server)
         with pair.udp_load(seconds=15):
-            loaded = await ok(lab, "profile", {**WINDOW, "system_wide": True})
+            loaded = await ok(lab, "measure", {**WINDOW, "system_wide": True})
     assert not set(names) & set(netns_names()), "the namespaces were not removed"
     return idle, loaded
 
@@ -73,7 +73,7 @@ def test_softirq_share_nonzero_under_load_near_zero_idle(
     assert max(per_cpu.values()) == pytest.approx(kl["busiest_softirq_system_pct"], abs=0.05)
     assert loaded["system_wide"] and not idle["system_wide"]
     # the record holds the whole split per window: every core, every softirq type
-    rec = RecordStore(lab.data_dir).load("prof", loaded["profile_id"], ProfileRecord)
+    rec = RecordStore(lab.data_dir).load("prof", loaded["profile_id"], MeasurementRecord)
     split = rec.windows[0].kernel
     assert split is not None and rec.system_wide
     assert len(split.per_cpu) >= 1 and {"NET_RX", "NET_TX", "TIMER"} <= split.softirqs.keys()
@@ -136,8 +136,8 @@ def test_thread_frames_fold_by_comm_and_group() -> None:
 
 
 def test_records_without_the_kernel_split_still_load() -> None:
-    """A record written before [2/6]: no Window.kernel, no ProfileRecord.system_wide."""
-    rec = ProfileRecord.model_validate({
+    """A record written before [2/6]: no Window.kernel, no MeasurementRecord.system_wide."""
+    rec = MeasurementRecord.model_validate({
         "id": "prof-000000000000", "stations": 0, "window_s": 3, "build_id": None,
         "target_pid": 1, "windows": [{
             "rep": 0, "started_at": "2026-11-20T00:00:00Z", "duration_s": 3, "cpu_pct": 1.0,

@@ -14,7 +14,7 @@ from labwarden.lab.labgrid import (
     LabgridError,
     PlaceBusy,
     PlaceLease,
-    resolve_target,
+    resolve_endpoint,
     transition,
 )
 from labwarden.vlab.layout import VlabLayout
@@ -58,11 +58,11 @@ def _remote_env(tmp_path: Path, lab: LabgridLab, vlab: VlabLayout,
     return LabgridConfig(env=env, coordinator=lab.coordinator, host_key=_host_pub(vlab))
 
 
-async def _stad_version(target: SshEndpoint) -> str:
+async def _stad_version(endpoint: SshEndpoint) -> str:
     # pinned: the host key the profile names, not known_hosts=None
-    known = asyncssh.import_known_hosts(f"[{target.host}]:{target.port} {target.host_key}\n")
-    async with asyncssh.connect(target.host, target.port, username=target.user,
-                                client_keys=[target.key], known_hosts=known) as conn:
+    known = asyncssh.import_known_hosts(f"[{endpoint.host}]:{endpoint.port} {endpoint.host_key}\n")
+    async with asyncssh.connect(endpoint.host, endpoint.port, username=endpoint.user,
+                                client_keys=[endpoint.key], known_hosts=known) as conn:
         res = await conn.run("stad --version", check=True)
     return str(res.stdout)
 
@@ -80,46 +80,47 @@ def test_resolve_local_env(vlab: VlabLayout, tmp_path: Path) -> None:
                  f"targets:\n  main:\n    resources:\n      NetworkService:\n"
                  f"        address: 127.0.0.1\n        port: {port}\n        username: root\n"
                  f"    drivers:\n      SSHDriver:\n        keyfile: keys/id\n")
-    target = resolve_target(LabgridConfig(env=env, host_key=_host_pub(vlab)))
+    endpoint = resolve_endpoint(LabgridConfig(env=env, host_key=_host_pub(vlab)))
     # a relative keyfile is relative to the env file, as labgrid resolves it
-    assert target == SshEndpoint(host="127.0.0.1", port=port, user="root", key=str(tmp_path / "keys" / "id"),
-                                 host_key=Path(_host_pub(vlab)).read_text().strip())
+    assert endpoint == SshEndpoint(host="127.0.0.1", port=port, user="root",
+                                   key=str(tmp_path / "keys" / "id"),
+                                   host_key=Path(_host_pub(vlab)).read_text().strip())
 
 
 def test_missing_pieces_name_the_yaml_key(tmp_path: Path) -> None:
     env = _write(tmp_path / "env.yaml", "targets:\n  main:\n    drivers:\n      SSHDriver: {keyfile: k}\n")
     with pytest.raises(LabgridError) as err:
-        resolve_target(LabgridConfig(env=env))
+        resolve_endpoint(LabgridConfig(env=env))
     assert "targets.main.resources.NetworkService is missing" in err.value.problem
     assert "NetworkService" in err.value.remedy
 
     env = _write(tmp_path / "env2.yaml",
                  "targets:\n  main:\n    resources:\n      NetworkService: {address: h, username: root}\n")
     with pytest.raises(LabgridError, match=r"targets\.main\.drivers\.SSHDriver\.keyfile is missing"):
-        resolve_target(LabgridConfig(env=env))
-    assert resolve_target(LabgridConfig(env=env), key_fallback="/k").key == "/k"
+        resolve_endpoint(LabgridConfig(env=env))
+    assert resolve_endpoint(LabgridConfig(env=env), key_fallback="/k").key == "/k"
 
     with pytest.raises(LabgridError, match="no target 'dut' under `targets`"):
-        resolve_target(LabgridConfig(env=env, target="dut"))
+        resolve_endpoint(LabgridConfig(env=env, target="dut"))
     with pytest.raises(LabgridError, match="could not be found"):
-        resolve_target(LabgridConfig(env=str(tmp_path / "absent.yaml")))
+        resolve_endpoint(LabgridConfig(env=str(tmp_path / "absent.yaml")))
 
 
 async def test_lease_alice_then_bob(lab: LabgridLab, vlab: VlabLayout, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = _remote_env(tmp_path, lab, vlab)
     with pytest.raises(LabgridError, match="known only while the place is acquired"):
-        resolve_target(cfg)
+        resolve_endpoint(cfg)
 
     monkeypatch.setenv("LG_USERNAME", "alice")  # identity as labgrid takes it
     alice = PlaceLease(cfg)
     monkeypatch.delenv("LG_USERNAME")
     async with alice:
         assert alice.user == "alice" and lab.acquired_by() == alice.holder
-        target = alice.target()
-        assert (target.host, target.port, target.user, target.key) == (
+        endpoint = alice.endpoint()
+        assert (endpoint.host, endpoint.port, endpoint.user, endpoint.key) == (
             "127.0.0.1", _ssh_port(vlab), "root", str(vlab.client_key))
-        assert (await _stad_version(target)).startswith("stad ")
+        assert (await _stad_version(endpoint)).startswith("stad ")
 
         bob = PlaceLease(cfg, user="bob")
         with pytest.raises(PlaceBusy) as busy:
@@ -130,7 +131,7 @@ async def test_lease_alice_then_bob(lab: LabgridLab, vlab: VlabLayout, tmp_path:
 
     assert not alice.held
     async with bob:
-        assert bob.held and bob.target().port == _ssh_port(vlab)
+        assert bob.held and bob.endpoint().port == _ssh_port(vlab)
         await alice.release()  # not alice's any more: must leave bob's place alone
         assert await _holder(bob) == bob.holder
     assert lab.acquired_by() is None

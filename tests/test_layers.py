@@ -130,7 +130,7 @@ def test_no_tool_module_imports_another_tool() -> None:
     tools/ imports a tool module, and none but the registry knows the registry (which loads
     the tools by name): a tool -> registry -> tool circle cannot form."""
     tools = _tool_modules()
-    assert {"experiment", "flash", "profile", "sweep", "gate_check", "symbolize"} <= tools
+    assert {"experiment", "flash", "measure", "sweep", "gate_check", "symbolize"} <= tools
     bad = []
     for path in sorted(TOOLS_DIR.glob("*.py")):
         for line, mod in _tools_imported(path):

@@ -259,7 +259,7 @@ def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayou
     exp_call = events[3]
     kids = under(every, exp_call)
     tools = [k.call.tool for k in kids]
-    assert {"flash", "fingerprint_verify", "associate", "profile", "sweep", "compare",
+    assert {"flash", "fingerprint_verify", "associate", "measure", "sweep", "compare",
             "gate_check", "symbolize"} <= set(tools), tools
     assert all(k.call.ok for k in kids), [k.call.error for k in kids if not k.call.ok]
     assert tools.count("flash") == tools.count("fingerprint_verify") >= 1
@@ -267,11 +267,11 @@ def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayou
                                                                       Experiment)
     assert bulk_exp.screening is not None
     screened = bulk_exp.screening.final.n_a + bulk_exp.screening.final.n_b
-    assert sum(k.call.args["reps"] for k in kids if k.call.tool == "profile") == screened
-    assert all(k.measured and k.conditions is not None for k in kids if k.call.tool == "profile")
+    assert sum(k.call.args["reps"] for k in kids if k.call.tool == "measure") == screened
+    assert all(k.measured and k.conditions is not None for k in kids if k.call.tool == "measure")
     for sweep_call in (k for k in kids if k.call.tool == "sweep"):
         windows = [g.call.tool for g in under(every, sweep_call)]
-        assert windows.count("profile") == 2 and "associate" in windows  # 30 and 60 clients
+        assert windows.count("measure") == 2 and "associate" in windows  # 30 and 60 clients
     with TranscriptStore(LabProfile.from_file(lab).data_dir() / "transcripts.db") as store:
         sid = next(s.id for s in store.sessions() if s.client == "loop")
         checked = audit(store, sid)

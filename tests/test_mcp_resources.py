@@ -55,7 +55,7 @@ async def test_after_real_work_every_listed_resource_reads_back(lab: VlabLayout)
         assert not sweep.is_error, sweep.content
         sweep_id = sweep.structured_content["sweep_id"]  # type: ignore[index]
         dense_pid = sweep.structured_content["points"][-1]["profile_id"]  # type: ignore[index]
-        other = await client.call_tool("profile", {"stations": 6, "window_s": 2, "reps": 1})
+        other = await client.call_tool("measure", {"stations": 6, "window_s": 2, "reps": 1})
         assert not other.is_error, other.content
         other_pid = other.structured_content["profile_id"]  # type: ignore[index]
         base = await client.call_tool("symbolize", {"profile_id": other_pid})

@@ -153,7 +153,7 @@ async def test_prompts_and_resources(lab: VlabLayout) -> None:
 async def test_flamegraph_resource(lab: VlabLayout) -> None:
     async with Client(_server(lab)) as client:
         assert not (await client.call_tool("fingerprint_verify", {"build_id": baseline(lab)})).is_error
-        prof = await client.call_tool("profile", {"stations": 60, "window_s": 3, "reps": 1})
+        prof = await client.call_tool("measure", {"stations": 60, "window_s": 3, "reps": 1})
         assert not prof.is_error, prof.content
         pid = prof.structured_content["profile_id"]  # type: ignore[index]
         sym = await client.call_tool("symbolize", {"profile_id": pid})

@@ -71,7 +71,7 @@ def test_the_traffic_story_names_registered_tools() -> None:
         "chain", "set", "set", "chain"]
     assert [s.args.get("wireguard") for s in book.steps if s.tool == "router_rules"] == [
         None, None, True, False]
-    assert any(s.tool == "profile" and s.args.get("system_wide") for s in book.steps)
+    assert any(s.tool == "measure" and s.args.get("system_wide") for s in book.steps)
     judged = next(s for s in book.steps if s.id == "sat100_set")
     assert judged.args["baseline"] == "${sat100.saturate_id}"
     assert judged.expect == {"vs_baseline.improved": True}

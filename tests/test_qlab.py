@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from labwarden.cli.app import app
 from labwarden.core.devtext import unmark
 from labwarden.lab.config import LabProfile
-from labwarden.lab.labgrid import LabgridConfig, resolve_target
+from labwarden.lab.labgrid import LabgridConfig, resolve_endpoint
 from labwarden.lab.labgrid import transition as labgrid_transition
 from labwarden.qlab import control, ctlsock, firmware, guestssh, procs, stations
 from labwarden.runtime.runner import call_tool
@@ -68,7 +68,7 @@ def test_boots_through_labgrid(qlab: Qlab) -> None:
     # the lab profile names the labgrid env, and its pinned key is the guest's dropbear key
     prof = LabProfile.from_file(qlab.layout.lab_toml)
     assert prof.dut.backend == "labgrid" and prof.dut.labgrid is not None
-    ep = resolve_target(LabgridConfig(env=prof.dut.labgrid.env, host_key=prof.dut.labgrid.host_key))
+    ep = resolve_endpoint(LabgridConfig(env=prof.dut.labgrid.env, host_key=prof.dut.labgrid.host_key))
     assert (ep.host, ep.port) == ("127.0.0.1", port)
     key = qlab.sh("dropbearkey -y -f /etc/dropbear/dropbear_ed25519_host_key | grep ^ssh-ed25519")
     assert key.stdout.split()[:2] == prof.dut.labgrid.host_key.split()[:2]
@@ -238,7 +238,7 @@ async def test_power_cycle_through_the_strategy_and_a_refused_image(qlab: Qlab, 
 async def test_flame_graph_has_kernel_frames_under_the_daemons_netlink_calls(qlab: Qlab) -> None:
     """perf in the guest, kernel stacks from the guest's kallsyms, symfs from the image's own
     files (its libc, its libnl), with 18 real stations held by the wpa_supplicant load."""
-    prof = await _ok(qlab, "profile", {"stations": 18, "window_s": 4, "reps": 1})
+    prof = await _ok(qlab, "measure", {"stations": 18, "window_s": 4, "reps": 1})
     assert prof["fingerprint_verified"] and prof["cpu_pct"]["mean"] > 1, prof
     assert prof["counters"]["rpc_calls"] > 0, prof  # the uprobe counter in the guest kernel
     assert (await asyncio.to_thread(_ap_macs, qlab))["vap0"] == {_mac(i) for i in (1, 7, 13)}  # held for real

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from labwarden.core.experiments import Experiment, FlameRef
-from labwarden.core.measurements import ProfileRecord, SweepPoint, SweepRecord
+from labwarden.core.measurements import MeasurementRecord, SweepPoint, SweepRecord
 from labwarden.core.records import FORMAT_KEY, RECORD_FORMAT, RecordStore, RecordUnreadable
 from labwarden.report import data as report_data
 from labwarden.report import render
@@ -28,7 +28,7 @@ OLD_PROFILE: dict[str, Any] = {
                        "boost": "", "clk_tck": 100, "vaps_enabled": [], "channels": {},
                        "stations": 0, "host": "h", "target": "stad", "perf": None,
                        "labwarden": "old"}}]}
-"""A profile record as labwarden wrote it before records had a format (and before [2/6]: no
+"""A measurement record as labwarden wrote it before records had a format (and before [2/6]: no
 Window.kernel): no record_format key."""
 
 
@@ -59,7 +59,7 @@ def test_a_saved_record_carries_its_format_and_reads_back(tmp_path: Path) -> Non
 def test_a_record_written_before_formats_reads_as_format_1(tmp_path: Path) -> None:
     store = RecordStore(tmp_path)
     _plant(store, "prof", "prof-000000000001", OLD_PROFILE)
-    rec = store.load("prof", "prof-000000000001", ProfileRecord)
+    rec = store.load("prof", "prof-000000000001", MeasurementRecord)
     assert rec.windows[0].cpu_pct == 1.0 and rec.windows[0].kernel is None
 
 
@@ -101,13 +101,13 @@ def test_a_damaged_record_is_refused_naming_the_file(tmp_path: Path) -> None:
     store = RecordStore(tmp_path)
     path = _plant(store, "prof", "prof-000000000002", {**OLD_PROFILE, "windows": "none"})
     with pytest.raises(RecordUnreadable) as exc:
-        store.load("prof", "prof-000000000002", ProfileRecord)
-    assert str(path) in exc.value.problem and "does not read as a ProfileRecord (windows" \
+        store.load("prof", "prof-000000000002", MeasurementRecord)
+    assert str(path) in exc.value.problem and "does not read as a MeasurementRecord (windows" \
         in exc.value.problem
-    assert "the `profile` tool again" in exc.value.remedy
+    assert "the `measure` tool again" in exc.value.remedy
     path.write_text("{not json")
     with pytest.raises(RecordUnreadable, match="not JSON"):
-        store.load("prof", "prof-000000000002", ProfileRecord)
+        store.load("prof", "prof-000000000002", MeasurementRecord)
 
 
 def test_mcp_browse_lists_a_newer_record_as_unreadable(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from labwarden.report import data as report_data
 from labwarden.report import render
 from labwarden.results.attribute import AttributeOutput
 from labwarden.results.compare import CompareOutput, PointDelta
-from labwarden.results.gate_check import Gate, GateOutput
+from labwarden.results.gate_check import CheckedGate, GateOutput
 from labwarden.results.saturate import SatStep, SaturateOutput
 from labwarden.results.sweep import SweepOutput
 from labwarden.results.traffic_sweep import IdleCpu, TrafficPoint, TrafficSweepOutput
@@ -59,9 +59,9 @@ def test_every_section_is_drawn_from_the_results_models(tmp_path: Path) -> None:
             p_value=0.001, ci95_pp=(-11.0, -9.0), ci95_pct=(-36.0, -30.0), verdict="improved")])
     gates = GateOutput(sweep_id=fix.id, passed=False, failed=["rss_bounded"],
                        not_applicable=["unknown_frames"], gates=[
-                           Gate.judged("cpu_monotonic", True, "rises"),
-                           Gate.judged("rss_bounded", False, "grew 9 kB per client"),
-                           Gate.not_applicable("unknown_frames", "no perf")])
+                           CheckedGate.judged("cpu_monotonic", True, "rises"),
+                           CheckedGate.judged("rss_bounded", False, "grew 9 kB per client"),
+                           CheckedGate.not_applicable("unknown_frames", "no perf")])
     attribute = AttributeOutput(suspect="stamon", suspect_pid=42, before_pct=30.0, during_pct=3.0,
                                 after_pct=29.0, drop_pct=90.0, resumed=True, resumed_after_s=0.1,
                                 resumed_by="release", pause_held=True, window_s=5)
@@ -156,5 +156,5 @@ def test_a_kept_experiment_brings_its_curves_and_its_differential_flame_graph(tm
     html = render.render(d)
     assert html.count("<iframe") == 3, "before, after and differential"
     assert "outside" not in html
-    assert "profile prof-000000000001 at 18 clients, 900 samples, 0.4% unknown frames" in html
+    assert "measurement prof-000000000001 at 18 clients, 900 samples, 0.4% unknown frames" in html
     assert "<code>wld_ad_syncInfo</code>" in html

@@ -18,6 +18,7 @@ from labwarden.lab.config import LabProfile
 from labwarden.lab.dut.device import Device
 from labwarden.results import UnreadableResult, output_of
 from labwarden.results.compare import CompareOutput, PointDelta
+from labwarden.results.measure import MeasureOutput
 from labwarden.results.sweep import SweepOutput
 from labwarden.tools import registry
 from labwarden.tools.context import LabContext
@@ -54,6 +55,19 @@ def test_a_stored_result_reads_back_as_its_model() -> None:
                             error=ToolFailure(kind="tool", message="no"))
     assert output_of(failed) is None
     assert output_of(ToolCallRecord(tool="no_such_tool", args={}, ok=True, result={})) is None
+
+
+def test_a_result_of_the_tool_under_its_old_name_reads_as_the_renamed_tools_model() -> None:
+    """`measure` was called `profile`: a transcript written then names the old tool, and its
+    results read as MeasureOutput (the JSON did not change); the old name is no tool now."""
+    body = {"profile_id": "prof-0123456789ab", "stations": 18,
+            "cpu_pct": {"mean": 12.5, "stdev": 0.4, "samples": 30, "per_rep": [12.5]},
+            "counters": {"hal_calls": 40.0}, "rss_kb": 2048, "pinned": True,
+            "fingerprint_verified": True, "warnings": []}
+    got = output_of(ToolCallRecord(tool="profile", args={}, ok=True, result=body))
+    assert isinstance(got, MeasureOutput) and got.profile_id == "prof-0123456789ab"
+    assert got.cpu_pct.mean == 12.5
+    assert "profile" not in registry._MODULES and registry.get("measure").output is MeasureOutput
 
 
 def test_a_result_of_another_shape_is_unreadable_naming_the_call_and_field() -> None:

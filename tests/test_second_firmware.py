@@ -1,6 +1,6 @@
 """The second firmware's story: a DUT labwarden did not write -- a rule-based log filter, not a
 WiFi AP, behind dropbear with busybox ash, no cpufreq, no clients, a sysupgrade image -- goes
-through the whole chain: build -> flash (a new boot) -> verify -> profile (a uprobe on a static
+through the whole chain: build -> flash (a new boot) -> verify -> measure (a uprobe on a static
 function) -> symbolize names the hotspot -> attribute collapses it; gates that the DUT cannot
 give evidence for are not applicable, with the reason.
 
@@ -79,7 +79,7 @@ async def test_build_flash_verify_profile_symbolize_attribute(
     assert knobs["governor"]["applicable"] is False and knobs["topology"]["applicable"] is False
     assert status["problems"] == [] and status["associated"] is None
 
-    prof = await _ok(lab, "profile", {"stations": 0, "window_s": 4, "reps": 2, "perf_reps": 1})
+    prof = await _ok(lab, "measure", {"stations": 0, "window_s": 4, "reps": 2, "perf_reps": 1})
     assert prof["pinned"] is True and prof["fingerprint_verified"] is True
     assert prof["cpu_pct"]["mean"] > 5, prof
     assert prof["counters"]["lines"] > 200, prof  # filter_line: static, found in the debug file
@@ -136,7 +136,7 @@ async def test_an_unknown_symbol_is_a_clear_refusal(logfilt: tuple[stockssh.Stoc
     async with open_lab(prof) as ctx:
         if not ctx.peek_state().fingerprint_ok():
             pytest.skip("needs the story's verified build")
-        rec = await call_tool(ctx, "profile", {"stations": 0, "window_s": 2, "reps": 1,
+        rec = await call_tool(ctx, "measure", {"stations": 0, "window_s": 2, "reps": 1,
                                                "perf": False})
     assert not rec.ok and rec.error is not None
     assert rec.error.kind == "invalid_input"
@@ -158,7 +158,7 @@ async def test_a_probe_in_any_binary(logfilt: tuple[stockssh.StockSsh, Path]) ->
     async with open_lab(prof) as ctx:
         if not ctx.peek_state().fingerprint_ok():
             pytest.skip("needs the story's verified build")
-        rec = await call_tool(ctx, "profile", {"stations": 0, "window_s": 3, "reps": 1,
+        rec = await call_tool(ctx, "measure", {"stations": 0, "window_s": 3, "reps": 1,
                                                "perf": False})
     assert rec.ok, rec.error
     assert rec.result is not None and rec.result["counters"]["recvs"] > 200, rec.result

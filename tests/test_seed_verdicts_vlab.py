@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from labwarden.core.measurements import ProfileRecord, SweepRecord
+from labwarden.core.measurements import MeasurementRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
 from labwarden.runtime.runner import call_tool
@@ -82,9 +82,9 @@ async def _broken_gates(ctx: LabContext, sweep_id: str) -> None:
     """Break one condition at a time in a copy of the records; the right gate fails."""
     store = RecordStore(ctx.data_dir)
     rec = store.load("swp", sweep_id, SweepRecord)
-    top = store.load("prof", rec.points[-1].profile_id, ProfileRecord)
+    top = store.load("prof", rec.points[-1].profile_id, MeasurementRecord)
 
-    async def failed_with(sweep: SweepRecord, prof: ProfileRecord) -> list[str]:
+    async def failed_with(sweep: SweepRecord, prof: MeasurementRecord) -> list[str]:
         pid, sid = store.new_id("prof"), store.new_id("swp")
         # a copy owns copies of its artifacts: symbolize reads perf.data only from the record's own
         old, new = store.artifact(prof.id), store.artifact_dir(pid)

@@ -166,7 +166,7 @@ async def _leftovers(dev: Device, vlab: VlabLayout) -> tuple[list[str], list[str
 
 async def test_cancel_mid_window_stops_everything_within_2s(server: stockssh.StockSsh,
                                                             vlab: VlabLayout) -> None:
-    """A profile cancelled mid-window leaves no perf record, perf stat, sampler or uprobe on the
+    """A measurement cancelled mid-window leaves no perf record, perf stat, sampler or uprobe on the
     DUT within 2 s -- over a server that sends no SIGHUP when the sessions close."""
     from labwarden.runtime.runner import call_tool
     from labwarden.runtime.session import open_lab
@@ -179,7 +179,7 @@ async def test_cancel_mid_window_stops_everything_within_2s(server: stockssh.Sto
 
         async def measuring() -> object:
             async with open_lab(prof) as ctx:
-                return await call_tool(ctx, "profile", {"stations": 6, "window_s": 20, "reps": 1,
+                return await call_tool(ctx, "measure", {"stations": 6, "window_s": 20, "reps": 1,
                                                         "settle_s": 0})
 
         task = asyncio.create_task(measuring())

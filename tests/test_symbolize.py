@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from labwarden.core.conditions import Conditions
-from labwarden.core.measurements import ProfileRecord, Window
+from labwarden.core.conditions import WindowConditions
+from labwarden.core.measurements import MeasurementRecord, Window
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
 from labwarden.lab.host import folded as fl
 from labwarden.lab.host import symfs as sf
 from labwarden.lab.host.binaries import which
 from labwarden.runtime.session import open_lab
-from labwarden.tools import profile as profile_tool
+from labwarden.tools import measure as measure_tool
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
 
@@ -31,8 +31,8 @@ from .tooling import baseline, call, ok
 pytestmark = pytest.mark.anyio
 DATA = Path(__file__).parent / "data"
 TOWER = ["getStationStats", "wld_vap_sync_assoclist", "wld_ad_syncInfo", "dm_finalize_transaction"]
-PERF_RECORD = [a for a in profile_tool.PERF_RECORD if a != "--buildid-mmap"]
-"""The profile tool's own flags; --buildid-mmap is added per recording (_perf_record)."""
+PERF_RECORD = [a for a in measure_tool.PERF_RECORD if a != "--buildid-mmap"]
+"""The measure tool's own flags; --buildid-mmap is added per recording (_perf_record)."""
 
 
 
@@ -56,7 +56,7 @@ def test_folded_definitions_on_fixture() -> None:
     assert not fl.unresolved("stad") and fl.unresolved("[unknown]") and fl.unresolved("[vdso]")
 
 
-# -- a real profile -----------------------------------------------------------------------------
+# -- a real measurement -----------------------------------------------------------------------
 
 def _perf_record(layout: VlabLayout, out: Path, seconds: int, buildid_mmap: bool) -> None:
     pid = (layout.run_dir / "stad.pid").read_text().strip()
@@ -71,7 +71,7 @@ def _perf_record(layout: VlabLayout, out: Path, seconds: int, buildid_mmap: bool
 
 def record_profile(layout: VlabLayout, build_id: str, stations: int = 114, seconds: int = 5,
                    buildid_mmap: bool = True) -> str:
-    """A ProfileRecord like `profile` writes: perf.data + kallsyms as artifacts of the record."""
+    """A MeasurementRecord like `measure` writes: perf.data + kallsyms as artifacts of the record."""
     store = RecordStore(layout.data_dir)
     rid = store.new_id("prof")
     art = store.artifact_dir(rid)
@@ -81,14 +81,14 @@ def record_profile(layout: VlabLayout, build_id: str, stations: int = 114, secon
     data = art / "rep0.perf.data"
     _perf_record(layout, data, seconds, buildid_mmap)
     shutil.copyfile("/proc/kallsyms", art / "kallsyms")
-    cond = Conditions(build_id=build_id, fingerprint_verified=True, governors=[], boost="",
-                      clk_tck=100, vaps_enabled=[], channels={}, stations=stations,
-                      host=os.uname().nodename, target="stad",
-                      perf=" ".join(PERF_RECORD), labwarden="test")
+    cond = WindowConditions(build_id=build_id, fingerprint_verified=True, governors=[], boost="",
+                            clk_tck=100, vaps_enabled=[], channels={}, stations=stations,
+                            host=os.uname().nodename, target="stad",
+                            perf=" ".join(PERF_RECORD), labwarden="test")
     win = Window(rep=0, started_at=t0, duration_s=seconds, cpu_pct=0.0, cpu_series=[],
                  rss_kb=0, datamodel_start=stations, datamodel_end=stations,
                  perf_data=str(data), perf_bytes=data.stat().st_size, conditions=cond)
-    store.save("prof", rid, ProfileRecord(
+    store.save("prof", rid, MeasurementRecord(
         id=rid, stations=stations, window_s=seconds, build_id=build_id,
         target_pid=int((layout.run_dir / "stad.pid").read_text()), windows=[win],
         kallsyms=str(art / "kallsyms")))
@@ -173,7 +173,7 @@ async def test_missing_inferno_names_the_remedy(lab: VlabLayout, prof114: str,
 async def test_0905_target_is_at_zero_and_baseline_diff(lab: VlabLayout, prof114: str) -> None:
     built = await ok(lab, "build", {"patches": ["0905"]})
     await ok(lab, "flash", {"build_id": built["build_id"]})
-    # recorded as `profile` does today: -z without --buildid-mmap keeps no build-ids
+    # recorded as `measure` does today: -z without --buildid-mmap keeps no build-ids
     p0905 = record_profile(lab, built["build_id"], buildid_mmap=False)
     res = await ok(lab, "symbolize", {"profile_id": p0905, "baseline_profile_id": prof114,
                                       "functions": ["hal_get_all_stations_bulk"]})

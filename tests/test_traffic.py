@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from labwarden.lab.config import Iperf3Load, LabProfile
+from labwarden.lab.config import Iperf3LoadSection, LabProfile
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.drivers.load.iperf3 import Iperf3, TrafficSpec, parse
 from labwarden.qlab import traffic
@@ -72,7 +72,7 @@ async def _verified(q: Qlab) -> None:
 
 def test_the_guest_routes_lan_to_wan_through_its_rule_set(tq: Qlab) -> None:
     prof = LabProfile.from_file(tq.layout.lab_toml)
-    assert isinstance(prof.load, Iperf3Load) and prof.readers.clients is None
+    assert isinstance(prof.load, Iperf3LoadSection) and prof.readers.clients is None
     assert not prof.gates.load_drives_cpu  # stad's CPU does not follow forwarded streams
     assert prof.load.client == ["ip", "netns", "exec", traffic.LAN.netns]
     state = tq.sh("lw-route status; nft list chain inet lw forward | grep -c 'ip saddr 10.99'")

@@ -27,6 +27,8 @@ PINNED = {"fingerprint_verified": True, "governors": ["performance", "performanc
 
 
 def _profile(conditions: dict[str, object] | None, ok: bool = True) -> ToolCalled:
+    # "profile": `measure`'s name before its rename, as older transcripts hold it; they still
+    # replay and audit (the audit reads `measured`/`conditions`, never a tool name)
     return ToolCalled.of(ToolCallRecord(tool="profile", args={"seconds": 10}, ok=ok, duration_s=11.2,
                                         result={"folded": "artifacts/p.folded"} if ok else None,
                                         artifacts=["artifacts/p.folded", "artifacts/p.svg"]),

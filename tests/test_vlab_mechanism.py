@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from labwarden.core.measurements import ProfileRecord
+from labwarden.core.measurements import MeasurementRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab.host import tracefs
 from labwarden.vlab import control, procs, tuning
@@ -68,8 +68,8 @@ async def test_profile_counts_every_window_and_removes_its_probes(lab: VlabLayou
     the next window has started (profile._window), so every window must still get its own
     exact rate, and every probe must be gone when the tool returns."""
     await ok(lab, "fingerprint_verify", {"build_id": baseline(lab)})
-    res = await ok(lab, "profile", {"stations": 18, "window_s": 3, "reps": 3, "perf": False})
-    record = RecordStore(lab.data_dir).load("prof", res["profile_id"], ProfileRecord)
+    res = await ok(lab, "measure", {"stations": 18, "window_s": 3, "reps": 3, "perf": False})
+    record = RecordStore(lab.data_dir).load("prof", res["profile_id"], MeasurementRecord)
     rates = [w.counters.get("dm_write_txns") for w in record.windows]
     assert all(r is not None and 0.8 * 18 <= r <= 1.2 * 18 for r in rates), rates
     assert all(w.counters.get("rpc_calls", 0) > 0 for w in record.windows), record.windows

@@ -1,17 +1,27 @@
 """The conditions a number was measured under (pyperf's habit: a number is worthless without
-them). compare and gates refuse to mix numbers whose checked conditions differ; lab/conditions.py
-snapshots them on the DUT at every window."""
+them), in two sizes that say when they were read:
+
+- WindowConditions: everything one measurement window ran under (build, cpufreq, CLK_TCK, radio
+  topology, clients, host, process, perf options), stored in the record with the window's numbers.
+  compare and gates refuse to mix numbers whose checked conditions differ; lab/conditions.py
+  snapshots them on the DUT at every window.
+- CallConditions: what the guard reads before a measuring call runs (fingerprint, governors,
+  boost: the knobs it pins), stored on the call's transcript event; audit requires them pinned.
+  Only those knobs: the guard reads them before every measuring call, the window snapshot's
+  other reads (CLK_TCK, topology, the datamodel count) belong to the windows."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 CHECKED = ("governors", "boost", "clk_tck", "vaps_enabled", "channels", "host", "target",
            "not_applicable")
 """Keys that must be equal for two measurements to be comparable (the build may differ)."""
 
 
-class Conditions(BaseModel):
+class WindowConditions(BaseModel):
+    """What one measurement window ran under (stored in its record)."""
+
     build_id: str | None = Field(description="build flashed and verified (None: unverified)")
     fingerprint_verified: bool
     governors: list[str]
@@ -52,12 +62,12 @@ class Conditions(BaseModel):
             else f"boost {self.boost}"
         return f"{gov}; {boost}"
 
-    def differences(self, other: Conditions) -> list[str]:
+    def differences(self, other: WindowConditions) -> list[str]:
         return [f"{k}: {getattr(self, k)!r} != {getattr(other, k)!r}"
                 for k in CHECKED if getattr(self, k) != getattr(other, k)]
 
 
-def verified_evidence(conds: list[tuple[str, Conditions]]) -> tuple[bool, str]:
+def verified_evidence(conds: list[tuple[str, WindowConditions]]) -> tuple[bool, str]:
     """(every window pinned, with CLK_TCK and a verified fingerprint; the evidence)."""
     unpinned = [f"{label}: {c.describe_cpufreq()}, CLK_TCK {c.clk_tck}, verified "
                 f"{c.fingerprint_verified}" for label, c in conds
@@ -69,3 +79,19 @@ def verified_evidence(conds: list[tuple[str, Conditions]]) -> tuple[bool, str]:
             "; ".join(unpinned[:3]) or f"{len(conds)} windows: "
             f"{first.describe_cpufreq()}, CLK_TCK {first.clk_tck}, "
             "fingerprint verified")
+
+
+class CallConditions(BaseModel):
+    """What the guard read before a measuring call ran (a transcript event's `conditions`; events
+    written before this model may hold more keys: stations, clk_tck, perf options)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    fingerprint_verified: bool | None = None
+    """The running image matched its recorded fingerprint."""
+    governors: list[str] | None = None
+    """cpufreq governor of each CPU."""
+    boost: str | bool | None = None
+    """Turbo/boost state ("0"/False = off)."""
+    not_applicable: dict[str, str] | None = None
+    """Knobs the DUT does not have (e.g. governor: no cpufreq on this DUT), with the reason."""

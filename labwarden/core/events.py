@@ -11,9 +11,10 @@ import math
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 
 from labwarden.core.call import ToolCallRecord
+from labwarden.core.conditions import CallConditions
 from labwarden.core.devtext import UNTRUSTED_NOTE
 from labwarden.core.ids import random_hex
 from labwarden.core.usage import Usage
@@ -88,21 +89,6 @@ class SessionStarted(EventBase):
     """The MCP session (streamable HTTP's Mcp-Session-Id) this transcript session serves."""
 
 
-class MeasurementConditions(BaseModel):
-    """Conditions a measuring tool ran under (more keys allowed: stations, clk_tck, perf options)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    fingerprint_verified: bool | None = None
-    """The running image matched its recorded fingerprint."""
-    governors: list[str] | None = None
-    """cpufreq governor of each CPU."""
-    boost: str | bool | None = None
-    """Turbo/boost state ("0"/False = off)."""
-    not_applicable: dict[str, str] | None = None
-    """Knobs the DUT does not have (e.g. governor: no cpufreq on this DUT), with the reason."""
-
-
 class ToolCalled(EventBase):
     kind: Literal["tool_called"] = "tool_called"
     call: ToolCallRecord
@@ -111,8 +97,8 @@ class ToolCalled(EventBase):
     """Characters of the JSON result the client received."""
     result_tokens_est: int = 0
     """Estimated tokens the agent pays to read that result: ceil(chars / 4)."""
-    conditions: MeasurementConditions | None = None
-    """Measurement conditions, for tools that measure."""
+    conditions: CallConditions | None = None
+    """What the guard read before a measuring call ran (core/conditions.py)."""
     guard: Literal["allow"] | None = None
     """"allow" when the guard let the call run (any heal before it is its own guard_decision
     event, committed before the tool ran); None when unguarded or refused (a refusal is a
@@ -126,7 +112,7 @@ class ToolCalled(EventBase):
 
     @classmethod
     def of(cls, call: ToolCallRecord, *, result_json: str | None = None,
-           conditions: MeasurementConditions | dict[str, Any] | None = None,
+           conditions: CallConditions | dict[str, Any] | None = None,
            guard: Literal["allow"] | None = None, measured: bool = False,
            parent_id: str | None = None) -> ToolCalled:
         """Wrap a record; `result_json` is what the client received (default: result or error)."""
@@ -135,7 +121,7 @@ class ToolCalled(EventBase):
             result_json = json.dumps(payload, default=str)
         chars = len(result_json)
         if isinstance(conditions, dict):
-            conditions = MeasurementConditions.model_validate(conditions)
+            conditions = CallConditions.model_validate(conditions)
         return cls(call=call, result_chars=chars, result_tokens_est=math.ceil(chars / 4),
                    conditions=conditions, guard=guard, measured=measured, parent_id=parent_id)
 

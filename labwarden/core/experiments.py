@@ -55,8 +55,8 @@ the lab cannot give the gate's evidence (the reason is the evidence); it never b
 and never shows as failed."""
 
 
-class GateResult(BaseModel):
-    """One gate's verdict with its evidence."""
+class Gate(BaseModel):
+    """One gate's verdict with its evidence (gate_check's CheckedGate narrows its name)."""
 
     name: str
     passed: bool = Field(description="status == passed (a gate that is not applicable has not "
@@ -150,7 +150,7 @@ class Experiment(BaseModel):
     sweep_a: str | None = None
     sweep_b: str | None = None
     deltas: list[DensityDelta] = Field(default_factory=list, description="full sweeps, per density")
-    gates: list[GateResult] = Field(default_factory=list)
+    gates: list[Gate] = Field(default_factory=list)
     flame: FlameRef | None = Field(
         None, description="symbolize of B at the densest point against A: svg paths and key")
     flame_deltas: list[FunctionDelta] = Field(

@@ -1,8 +1,9 @@
-"""Measurement records: a window (one rep), a profile (reps of windows at one density) and a
-sweep (one profile per density).
+"""Measurement records: a window (one rep), a measurement (reps of windows at one density) and
+a sweep (one measurement per density).
 
 Stored by core/records.py under kinds "prof" and "swp"; raw data (perf.data, kallsyms) are
-artifacts in `artifacts/<profile id>/`.
+artifacts in `artifacts/<measurement id>/`. The kind "prof" and the `profile_id` keys keep the
+name the `measure` tool had when they were first stored: records and transcripts hold them.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.conditions import Conditions
+from labwarden.core.conditions import WindowConditions
 from labwarden.core.kernelsplit import KernelSplit
 
 MAX_REPS = 10
-"""Windows one profile call measures at most (its input's bound; an A/B's longer segment is
+"""Windows one measure call takes at most (its input's bound; an A/B's longer segment is
 several calls)."""
 
 
@@ -39,10 +40,10 @@ class Window(BaseModel):
                                        "softirq counts over the window (/proc/stat and "
                                        "/proc/softirqs at its start and end); None: not measured "
                                        "(records before [2/6], or the DUT did not answer)")
-    conditions: Conditions
+    conditions: WindowConditions
 
 
-class ProfileRecord(BaseModel):
+class MeasurementRecord(BaseModel):
     id: str
     stations: int
     window_s: float

@@ -1,4 +1,4 @@
-"""Results (profiles, sweeps, gates, attributions, symbolizations) as records with ids, kept on
+"""Results (measurements, sweeps, gates, attributions, symbolizations) as records with ids, kept on
 disk under the lab's data dir and addressable later; raw data lives beside them as artifacts."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ _ID = re.compile(r"[a-z]{2,12}-[0-9a-f]{12}")
 RECORD_FORMAT = 1
 FORMAT_KEY = "record_format"
 
-MADE_BY = {"prof": "the `profile` tool", "swp": "the `sweep` tool", "exp": "the `experiment` tool",
+MADE_BY = {"prof": "the `measure` tool", "swp": "the `sweep` tool", "exp": "the `experiment` tool",
            "bis": "the `bisect` tool", "sat": "the `saturate` tool",
            "tsw": "the `traffic_sweep` tool", "run": "`labwarden run`"}
 """What writes each kind: the remedy for a record that cannot be read is to make it again."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from labwarden.core.conditions import CallConditions
 from labwarden.core.devtext import quote
 from labwarden.core.events import GuardDecision
 from labwarden.core.spec import Requirement, ToolSpec
@@ -34,7 +35,7 @@ class Admission:
     flash fails). One per call: concurrent calls never share it."""
 
     decisions: list[GuardDecision] = field(default_factory=list)
-    conditions: dict[str, Any] | None = None
+    conditions: CallConditions | None = None
     flash_token: float | None = None
 
 
@@ -147,7 +148,7 @@ class Guard:
         return GuardDecision(tool=tool, decision="heal", changes=changes,
                              reason=f"healed {why}: {', '.join(k.name for k in plan)}")
 
-    async def _conditions(self, state: BoardState) -> dict[str, Any]:
+    async def _conditions(self, state: BoardState) -> CallConditions:
         """What a measuring call runs under (stored on its transcript event)."""
         dev, prof = self.ctx.device, self.ctx.profile
         gov, boost = knobs.Governor(dev, prof), knobs.Boost(dev, prof)
@@ -156,9 +157,9 @@ class Guard:
         na = {"governor": gov_missing} if gov_missing else {}
         if not boost_state.applicable:  # recorded as not applicable, never as "off"
             na["boost"] = boost_state.value.removeprefix("n/a: ")
-        return {"fingerprint_verified": state.fingerprint_ok(),
-                "governors": await gov.governors() if gov_missing is None else [],
-                "boost": boost_state.value, "not_applicable": na}
+        return CallConditions(fingerprint_verified=state.fingerprint_ok(),
+                              governors=await gov.governors() if gov_missing is None else [],
+                              boost=boost_state.value, not_applicable=na)
 
     # -- the check -------------------------------------------------------------------------
     async def check(self, spec: ToolSpec, args: dict[str, Any],

@@ -1,11 +1,11 @@
-"""Snapshot a window's measurement conditions on the DUT (the model is core/conditions.py)."""
+"""Snapshot a window's measurement conditions on the DUT (core/conditions.WindowConditions)."""
 
 from __future__ import annotations
 
 import platform
 import struct
 
-from labwarden.core.conditions import Conditions
+from labwarden.core.conditions import WindowConditions
 from labwarden.core.provenance import labwarden_version
 from labwarden.lab import knobs
 from labwarden.lab.boardstate import BoardState
@@ -63,7 +63,7 @@ async def clk_tck_from_uptime(dev: Device) -> int:
 
 
 async def snapshot(dev: Device, profile: LabProfile, state: BoardState, stations: int,
-                   perf: str | None = None) -> Conditions:
+                   perf: str | None = None) -> WindowConditions:
     radio, boost, gov = (knobs.RadioTopology(dev, profile), knobs.Boost(dev, profile),
                          knobs.Governor(dev, profile))
     topo = await radio.topology() if await radio.available() is None else None
@@ -74,7 +74,7 @@ async def snapshot(dev: Device, profile: LabProfile, state: BoardState, stations
                                      (boost, None if boost_state.applicable else
                                       boost_state.value.removeprefix("n/a: "))) if why}
     host = (await dev.run(["uname", "-n"])).stdout.strip() or platform.node()
-    return Conditions(not_applicable=na,
+    return WindowConditions(not_applicable=na,
         build_id=state.verified_build if state.fingerprint_ok() else None,
         fingerprint_verified=state.fingerprint_ok(), governors=governors,
         boost=boost_state.value, clk_tck=await clk_tck(dev),

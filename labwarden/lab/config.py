@@ -141,7 +141,7 @@ class _FlashBase(_Strict):
 
 
 
-class SysupgradeFlash(_FlashBase):
+class SysupgradeFlashSection(_FlashBase):
     """Upload the build's image to the DUT's tmp, run the DUT's own flash command on it, and wait
     for a new boot: the DUT's boot_id changes, SSH answers again, the target is a new instance."""
 
@@ -151,7 +151,7 @@ class SysupgradeFlash(_FlashBase):
                                examples=[["sysupgrade", "-n"]])
 
 
-class VlabFlash(SysupgradeFlash):
+class VlabFlashSection(SysupgradeFlashSection):
     """The vlab's sysupgrade: as `sysupgrade`, but its reboot restarts processes, not the kernel
     (the boot id stays)."""
 
@@ -160,7 +160,7 @@ class VlabFlash(SysupgradeFlash):
     command: list[str] = Field(default_factory=lambda: ["sysupgrade"], examples=[["sysupgrade"]])
 
 
-class CommandFlash(_FlashBase):
+class CommandFlashSection(_FlashBase):
     """A host-side flasher (TFTP, a serial loader, a vendor tool): argv run on this host; then
     wait until SSH answers and the target is a new instance."""
 
@@ -169,7 +169,7 @@ class CommandFlash(_FlashBase):
                                "are filled in", examples=[["/opt/lab/flash.sh", "{image}", "{host}"]])
 
 
-class LabgridFlash(_FlashBase):
+class LabgridFlashSection(_FlashBase):
     """The labgrid Strategy of the DUT's target moves to `state`, installing the build's image
     (given to the env as `images.<image_key>`) on the way; then wait for a new target instance."""
 
@@ -191,12 +191,13 @@ def _flash_kind(data: Any) -> Any:
     return data
 
 
-FlashSection = Annotated[SysupgradeFlash | VlabFlash | CommandFlash | LabgridFlash,
+FlashSection = Annotated[SysupgradeFlashSection | VlabFlashSection | CommandFlashSection
+                         | LabgridFlashSection,
                          Field(discriminator="kind"), BeforeValidator(_flash_kind)]
 """`[flash]`: one driver per kind (labwarden/lab/drivers/flash/)."""
 
 
-class StasimLoad(_Strict):
+class StasimLoadSection(_Strict):
     """The vlab's station simulator, run on this host against the DUT daemon's socket."""
 
     kind: Literal["stasim"] = Field(examples=["stasim"])
@@ -210,10 +211,10 @@ class StasimLoad(_Strict):
     settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0], description="seconds from "
                             "associating clients to the first window: at least one poll interval "
                             "of the monitor, so every client is in the steady polling cycle "
-                            "(a sweep or profile call may override it)")
+                            "(a sweep or measure call may override it)")
 
 
-class NoLoad(_Strict):
+class NoLoadSection(_Strict):
     """A DUT with no clients to hold (a daemon that works on its own input): only `stations = 0`
     can be measured, and client-count gates are not applicable."""
 
@@ -222,7 +223,7 @@ class NoLoad(_Strict):
     settle_s: float = Field(0.0, ge=0, le=60, examples=[0.0])
 
 
-class CommandLoad(_Strict):
+class CommandLoadSection(_Strict):
     """Your own load script, run on this host: `hold` with {n} sets the load to n clients and
     exits 0 once they are held (0 = none); the DUT's own count is `[readers] clients`."""
 
@@ -235,7 +236,7 @@ class CommandLoad(_Strict):
     settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0])
 
 
-class WpaSupplicantLoad(_Strict):
+class WpaSupplicantLoadSection(_Strict):
     """Real 802.11 stations on the DUT itself (the qlab: wpa_supplicant on mac80211_hwsim client
     radios): `command` on the DUT with `assoc N TIMEOUT` holds stations 1..N round-robin over the
     enabled VAPs and verifies both sides (wpa_cli status and each AP's station dump), `release
@@ -252,7 +253,7 @@ class WpaSupplicantLoad(_Strict):
     settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0])
 
 
-class Iperf3Load(_Strict):
+class Iperf3LoadSection(_Strict):
     """Traffic through the DUT: an iperf3 client on one side of it and a server on the other,
     on load hosts outside the DUT's CPU. `client` and `server` are argv prefixes that run a
     command on each side: the qlab's host netns (`["ip", "netns", "exec", "lwlan"]`), or your own
@@ -283,7 +284,8 @@ class Iperf3Load(_Strict):
                                      "prints its state (`rules=N mode=M ...`)")
 
 
-LoadSection = Annotated[StasimLoad | NoLoad | CommandLoad | WpaSupplicantLoad | Iperf3Load,
+LoadSection = Annotated[StasimLoadSection | NoLoadSection | CommandLoadSection | WpaSupplicantLoadSection
+                        | Iperf3LoadSection,
                         Field(discriminator="kind")]
 """`[load]`: one driver per kind (labwarden/lab/drivers/load/)."""
 
@@ -431,8 +433,8 @@ class LabProfile(_Strict):
     lab: LabSection
     dut: DutSection
     build: BuildSection
-    flash: FlashSection = Field(default_factory=SysupgradeFlash)
-    load: LoadSection = Field(default_factory=NoLoad)
+    flash: FlashSection = Field(default_factory=SysupgradeFlashSection)
+    load: LoadSection = Field(default_factory=NoLoadSection)
     target: TargetSection
     topology: TopologySection | None = None
     readers: ReadersSection = Field(default_factory=ReadersSection)
@@ -507,7 +509,7 @@ class LabProfile(_Strict):
         """The DUT argv that counts its clients, or None (not applicable on this DUT)."""
         if self.readers.clients:
             return list(self.readers.clients)
-        if self.target.rpc_client and isinstance(self.load, StasimLoad):  # older vlab profiles
+        if self.target.rpc_client and isinstance(self.load, StasimLoadSection):  # older vlab profiles
             return [self.target.rpc_client, "--socket", self.load.socket, "count"]
         return None
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from labwarden.core.spec import LabFeature, ToolSpec
-from labwarden.lab.config import Iperf3Load, LabProfile
+from labwarden.lab.config import Iperf3LoadSection, LabProfile
 
 
 def _repo_history(repo: Path) -> str | None:
@@ -37,10 +37,10 @@ def missing(profile: LabProfile, feature: LabFeature) -> str | None:
         return None if load.kind != "none" else \
             '[load] kind = "none": this lab has no clients to hold (it is measured at its own workload)'
     if feature == "traffic":
-        return None if isinstance(load, Iperf3Load) else \
+        return None if isinstance(load, Iperf3LoadSection) else \
             f'[load] kind = "{load.kind}": traffic tools need a traffic load ([load] kind = "iperf3")'
     if feature == "router_config":
-        if isinstance(load, Iperf3Load) and load.router_config:
+        if isinstance(load, Iperf3LoadSection) and load.router_config:
             return None
         return "[load] router_config is not set: the DUT has no rule set labwarden may change"
     if feature == "suspects":

@@ -1,6 +1,6 @@
 """labgrid as a DUT backend: find the DUT's SSH endpoint, hold its place, drive its Strategy.
 
-Finding the endpoint (`resolve_target`, reads the env YAML, changes nothing): a local env names
+Finding the endpoint (`resolve_endpoint`, reads the env YAML, changes nothing): a local env names
 it itself (`NetworkService` + `SSHDriver`); an env with a `RemotePlace` gets it from the
 coordinator once the place is acquired. Either way the result is an `SshEndpoint`.
 
@@ -165,8 +165,8 @@ def load_env(cfg: LabgridConfig) -> EnvTarget:
 
 # --- finding the SSH endpoint ---------------------------------------------------------------------
 
-def resolve_target(cfg: LabgridConfig, key_fallback: str | None = None, *,
-                   lease: PlaceLease | None = None) -> SshEndpoint:
+def resolve_endpoint(cfg: LabgridConfig, key_fallback: str | None = None, *,
+                     lease: PlaceLease | None = None) -> SshEndpoint:
     """The SSH endpoint of `cfg.target`: address, port, username from its NetworkService (for a
     RemotePlace: the one exported for the place `lease` holds), the key from SSHDriver `keyfile`."""
     env = load_env(cfg)
@@ -181,7 +181,8 @@ def resolve_target(cfg: LabgridConfig, key_fallback: str | None = None, *,
             raise LabgridError(
                 f"{base}.resources.RemotePlace '{place}': the NetworkService comes from the coordinator "
                 "and is known only while the place is acquired",
-                "resolve inside `async with PlaceLease(cfg) as lease:` with lease=lease (or lease.target())")
+                "resolve inside `async with PlaceLease(cfg) as lease:` with lease=lease "
+                "(or lease.endpoint())")
         exported: dict[str | None, dict[str, Any]] = {
             name: args for name, (cls, args) in lease.exported.items() if cls == "NetworkService"}
         ns_key = f"{base}.resources.RemotePlace '{place}' (its exported NetworkService)"
@@ -294,8 +295,9 @@ class PlaceLease:
         """How the coordinator names this lease's owner."""
         return f"{self.host}/{self.user}"
 
-    def target(self, key_fallback: str | None = None) -> SshEndpoint:
-        return resolve_target(self.cfg, key_fallback, lease=self)
+    def endpoint(self, key_fallback: str | None = None) -> SshEndpoint:
+        """The SSH endpoint of the DUT this lease's place exports (resolve_endpoint)."""
+        return resolve_endpoint(self.cfg, key_fallback, lease=self)
 
     async def __aenter__(self) -> PlaceLease:
         return await self.acquire()

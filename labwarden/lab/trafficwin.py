@@ -14,7 +14,7 @@ import asyncio
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.conditions import Conditions
+from labwarden.core.conditions import WindowConditions
 from labwarden.core.errors import ToolError
 from labwarden.core.kernelsplit import KernelSplit
 from labwarden.lab.boardstate import BoardState
@@ -36,7 +36,7 @@ class TrafficStep(BaseModel):
     traffic: TrafficWindow
     kernel: KernelSplit = Field(description="the DUT's CPU split per core over the window")
     queues: netq.NetqDelta = Field(description="the DUT's NIC, qdisc and softnet counters")
-    conditions: Conditions
+    conditions: WindowConditions
 
 
 def driver(profile: LabProfile) -> Iperf3:

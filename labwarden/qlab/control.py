@@ -76,10 +76,10 @@ class QlabStatus(BaseModel):
 
 def endpoint(layout: QlabLayout) -> SshEndpoint:
     """The guest's SSH endpoint, from the env YAML and the image manifest (as the profile pins it)."""
-    from labwarden.lab.labgrid import LabgridConfig, resolve_target
+    from labwarden.lab.labgrid import LabgridConfig, resolve_endpoint
 
     host_key = (layout.root / "keys" / "host_key.pub").read_text().strip()
-    return resolve_target(LabgridConfig(env=str(layout.env_yaml), host_key=host_key))
+    return resolve_endpoint(LabgridConfig(env=str(layout.env_yaml), host_key=host_key))
 
 
 def _free_port() -> int:

@@ -8,7 +8,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from labwarden.core.experiments import Bisection, Experiment, FunctionDelta
-from labwarden.core.measurements import ProfileRecord, SweepRecord
+from labwarden.core.measurements import MeasurementRecord, SweepRecord
 from labwarden.core.paths import PathRefused, contained
 from labwarden.core.records import RecordNotFound, RecordStore, RecordUnreadable
 from labwarden.lab.host.folded import PathStep
@@ -30,7 +30,7 @@ M = TypeVar("M", bound=BaseModel)
 class Stage(BaseModel):
     label: str
     sweep: SweepRecord
-    profiles: list[ProfileRecord]
+    measurements: list[MeasurementRecord]
 
 
 class WindowRow(BaseModel):
@@ -159,8 +159,8 @@ def _load(records: RecordStore, kind: str, rid: str, cls: type[M], unreadable: l
 
 
 def _stage(records: RecordStore, rec: SweepRecord, label: str, unreadable: list[str]) -> Stage:
-    profs = [_load(records, "prof", p.profile_id, ProfileRecord, unreadable) for p in rec.points]
-    return Stage(label=rec.label or label, sweep=rec, profiles=[p for p in profs if p is not None])
+    profs = [_load(records, "prof", p.profile_id, MeasurementRecord, unreadable) for p in rec.points]
+    return Stage(label=rec.label or label, sweep=rec, measurements=[p for p in profs if p is not None])
 
 
 def _experiment(records: RecordStore, exp: Experiment, stages: list[Stage],
@@ -264,7 +264,7 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
                                     if "governor" in w.conditions.not_applicable
                                     else ",".join(sorted(set(w.conditions.governors)))),
                          boost=w.conditions.boost, clk_tck=w.conditions.clk_tck, host=w.conditions.host)
-               for s in stages for p in s.profiles for w in p.windows]
+               for s in stages for p in s.measurements for w in p.windows]
     return ReportData(title=title, session_id=session_id, lab=info.get("lab_name"), stages=stages,
                       compares=compares, gates=gates, symbolized=syms, attributions=attrs,
                       windows=windows, model_calls=model_calls, tokens=tokens, cost_usd=round(cost, 4),

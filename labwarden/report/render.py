@@ -38,8 +38,8 @@ def _flames(d: ReportData) -> list[dict[str, str]]:
         path = Path(svg) if svg else None  # report/data.py drops paths out of the data dir
         if path is not None and path.is_file():
             pid = s.baseline_profile_id if key == "baseline_svg" else s.profile_id
-            caption = (f"profile {pid}" if key == "baseline_svg" else
-                       f"profile {pid} at {d.point(s.stations or 0)}, {s.samples} samples, "
+            caption = (f"measurement {pid}" if key == "baseline_svg" else
+                       f"measurement {pid} at {d.point(s.stations or 0)}, {s.samples} samples, "
                        f"{s.unknown_pct}% unknown frames")
             # a data: URL keeps the SVG an XML document (srcdoc would parse it as HTML), and its
             # scripts (inferno's zoom and search) run inside the sandboxed frame
@@ -52,7 +52,7 @@ def _notes(d: ReportData) -> list[str]:
     """What was not measured, once each (e.g. uprobe counters on a DUT without tracefs)."""
     seen: list[str] = []
     for st in d.stages:
-        for prof in st.profiles:
+        for prof in st.measurements:
             for note in prof.notes:
                 if note not in seen:
                     seen.append(note)

@@ -23,7 +23,7 @@ _OUTPUTS: dict[str, tuple[str, str]] = {
     "flash": ("flash", "FlashOutput"),
     "fingerprint_verify": ("fingerprint", "FingerprintOutput"),
     "associate": ("associate", "AssociateOutput"),
-    "profile": ("profile", "ProfileOutput"),
+    "measure": ("measure", "MeasureOutput"),
     "sweep": ("sweep", "SweepOutput"),
     "traffic_sweep": ("traffic_sweep", "TrafficSweepOutput"),
     "saturate": ("saturate", "SaturateOutput"),
@@ -46,11 +46,17 @@ _added: dict[str, type[BaseModel]] = {}
 """Output models of tools registered at run time (tools/registry.register)."""
 
 
+_RENAMED = {"profile": "measure"}
+"""Old tool name -> its name now: a transcript written before the rename names the old one, and
+its results read as the renamed tool's (same JSON)."""
+
+
 def model_of(tool: str) -> type[BaseModel] | None:
-    """The output model of `tool`; None for a tool this labwarden does not know."""
+    """The output model of `tool` (or of the tool it was renamed to); None for a tool this
+    labwarden does not know."""
     if tool in _added:
         return _added[tool]
-    where = _OUTPUTS.get(tool)
+    where = _OUTPUTS.get(_RENAMED.get(tool, tool))
     if where is None:
         return None
     model: type[BaseModel] = getattr(importlib.import_module(f"labwarden.results.{where[0]}"),

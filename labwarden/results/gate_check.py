@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.experiments import GateResult
+from labwarden.core.experiments import Gate
 
 GateName = Literal["cpu_monotonic", "unknown_frames", "assoc_matches_datamodel",
                    "conditions_verified", "rss_bounded", "functional_parity",
@@ -14,8 +14,9 @@ GateName = Literal["cpu_monotonic", "unknown_frames", "assoc_matches_datamodel",
                    "load_on_target", "same_question"]
 
 
-class Gate(GateResult):
-    """A gate of gate_check: one of GateName, with core/experiments' one status."""
+class CheckedGate(Gate):
+    """A gate as gate_check reports it: core's Gate, its name one of GateName (a stored
+    experiment keeps core's Gate, whose name is any string, so older records stay readable)."""
 
     name: GateName
 
@@ -25,4 +26,4 @@ class GateOutput(BaseModel):
     passed: bool = Field(description="no gate failed (not-applicable gates are listed apart)")
     failed: list[GateName]
     not_applicable: list[GateName] = Field(default_factory=list)
-    gates: list[Gate]
+    gates: list[CheckedGate]

@@ -27,7 +27,7 @@ class SymbolizeOutput(BaseModel):
     stacks_with_unknown_pct: float
     unresolved_top: list[str]
     depth: fl.Depth
-    system_wide: bool = Field(False, description="the profile recorded every CPU (kernel stacks)")
+    system_wide: bool = Field(False, description="the measurement recorded every CPU (kernel stacks)")
     threads: list[fl.ThreadShare] = Field(default_factory=list, description="samples per thread, "
                                           "heaviest first (at most 15)")
     thread_groups: list[fl.ThreadGroup] = Field(default_factory=list, description="samples per "

@@ -30,6 +30,7 @@ from typing import Any, cast, get_args
 from pydantic import ValidationError
 
 from labwarden.core.call import ToolCallRecord, ToolFailure
+from labwarden.core.conditions import CallConditions
 from labwarden.core.devtext import clean, untrusted_fields
 from labwarden.core.digest import bounded_args, bounded_name
 from labwarden.core.errors import LabError
@@ -76,7 +77,7 @@ def _invalid(exc: ValidationError) -> ToolFailure:
                        remedy="see the tool's input schema (`labwarden call TOOL --help`)")
 
 
-def _call_event(record: ToolCallRecord, conditions: dict[str, Any] | None, *,
+def _call_event(record: ToolCallRecord, conditions: CallConditions | None, *,
                 allowed: bool = False, measured: bool = False,
                 parent_id: str | None = None) -> ToolCalled:
     # compact JSON of what the client gets (the MCP server sends exactly this text)

@@ -64,11 +64,11 @@ async def open_device(profile: LabProfile, user: str | None = None, *,
             assert profile.dut.labgrid is not None
             lease = PlaceLease(LabgridConfig(**profile.dut.labgrid.model_dump()), user=user)
             await stack.enter_async_context(lease)  # acquired for the session, released after
-            target = lease.target()
+            endpoint = lease.endpoint()
             place = lease
         else:
-            target = profile.ssh_endpoint()
-        device = Device(target, env=profile.dut.env, unreachable_remedy=unreachable_remedy(profile))
+            endpoint = profile.ssh_endpoint()
+        device = Device(endpoint, env=profile.dut.env, unreachable_remedy=unreachable_remedy(profile))
         device.place = place
         if connect:
             await stack.enter_async_context(device)

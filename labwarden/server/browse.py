@@ -1,7 +1,7 @@
 """What `resources/list` shows: concrete resources for what the lab holds now -- the lab status,
 the record lists, the latest records, the reports and the flame graphs -- so a client that only
 browses (Claude Desktop, the MCP Inspector) has something to open. Each names what it is (a
-sweep's label, densities and build; a profile's stations); newest first, bounded in count.
+sweep's label, densities and build; a measurement's stations); newest first, bounded in count.
 
 Read from the lab's data dir at each listing (`list_resources()` has no request context: the
 server serves one lab, so the dir is known when it is built). Every file listed is resolved
@@ -19,7 +19,7 @@ from pathlib import Path
 from mcp.types import Annotations, Resource
 
 from labwarden.core.devtext import clean
-from labwarden.core.measurements import ProfileRecord, SweepRecord
+from labwarden.core.measurements import MeasurementRecord, SweepRecord
 from labwarden.core.paths import PathRefused, contained, is_regular_file
 from labwarden.core.records import RecordStore, RecordUnreadable, parse_record
 
@@ -111,7 +111,7 @@ def _records(data_dir: Path, kind: str) -> list[Resource]:
         try:
             text = real.read_text()
             title, desc = (_sweep(parse_record(text, SweepRecord, real)) if code == "swp"
-                           else _profile(parse_record(text, ProfileRecord, real)))
+                           else _profile(parse_record(text, MeasurementRecord, real)))
         except (OSError, RecordUnreadable):
             title, desc = f"{kind[:-1]} {rid}", "a record this labwarden cannot read"
         out.append(Resource(uri=f"labwarden://records/{kind}/{rid}", name=rid, title=title,
@@ -134,11 +134,11 @@ def _sweep(rec: SweepRecord) -> tuple[str, str]:
             f"{rec.window_s:g} s windows per density; target CPU (% of one core) {cpu}.")
 
 
-def _profile(rec: ProfileRecord) -> tuple[str, str]:
+def _profile(rec: MeasurementRecord) -> tuple[str, str]:
     cpu = rec.cpu_values()
     mean = f"{sum(cpu) / len(cpu):.1f}%" if cpu else "n/a"
     perf = sum(1 for w in rec.windows if w.perf_data)
-    return (f"profile {rec.id}: {rec.stations} stations ({rec.kind}), {_build(rec.build_id)}",
+    return (f"measurement {rec.id}: {rec.stations} stations ({rec.kind}), {_build(rec.build_id)}",
             f"{len(rec.windows)} window(s) of {rec.window_s:g} s at {rec.stations} stations; "
             f"target CPU {mean} of one core; {perf} perf.data recorded.")
 
@@ -173,14 +173,14 @@ def _flames(data_dir: Path) -> list[Resource]:
         svg = base / key / "flame.svg"
         if inside(data_dir, svg) is not None:
             out.append(_svg(key, svg, f"flame graph of {profile}",
-                            f"Flame graph (inferno) of profile {profile}, perf.data key {key}: "
+                            f"Flame graph (inferno) of measurement {profile}, perf.data key {key}: "
                             "width is CPU time; click to zoom."))
         for diff, _, _, _ in _newest(list((base / key).glob("diff-*.svg")), data_dir,
                                      DIFFS_PER_FLAME):
             bkey = diff.stem.removeprefix("diff-")
             before = _profile_of(data_dir, base / f"{bkey}.json") if _KEY.fullmatch(bkey) else "?"
             out.append(_svg(key, diff, f"differential flame graph {before} -> {profile}",
-                            f"Differential flame graph: the shape of profile {profile}, coloured "
+                            f"Differential flame graph: the shape of measurement {profile}, coloured "
                             f"by the change from {before} (red grew, blue shrank)."))
     return out
 
@@ -194,7 +194,7 @@ def _svg(key: str, path: Path, title: str, description: str) -> Resource:
 
 def _profile_of(data_dir: Path, index: Path) -> str:
     """'prof-... (N stations, build ...)' for a symbolize result's index file, from the
-    perf.data path it names (artifacts/<profile id>/...); '?' when unknown."""
+    perf.data path it names (artifacts/<measurement id>/...); '?' when unknown."""
     real = inside(data_dir, index)
     try:
         perf_data = Path(json.loads(real.read_text())["perf_data"]) if real else Path()
@@ -205,7 +205,7 @@ def _profile_of(data_dir: Path, index: Path) -> str:
         return "?"
     path = inside(data_dir, RecordStore(data_dir).root / "prof" / f"{pid}.json")
     try:
-        rec = parse_record(path.read_text(), ProfileRecord, path) if path else None
+        rec = parse_record(path.read_text(), MeasurementRecord, path) if path else None
     except (OSError, RecordUnreadable):
         rec = None
     return f"{pid} ({rec.stations} stations, {_build(rec.build_id)})" if rec else pid

@@ -50,7 +50,7 @@ def register(server: MCPServer[Any]) -> None:
         return json.dumps(RecordStore((await _lab(ctx)).data_dir).ids(KINDS[kind]))
 
     @server.resource("labwarden://records/{kind}/{rid}", name="record", mime_type="application/json",
-                     description="One stored record (a profile's windows with their conditions, a sweep...).")
+                     description="One stored record (a measurement's windows and conditions, a sweep...).")
     async def record(kind: str, rid: str, ctx: Context) -> str:
         if kind not in KINDS:
             raise ResourceError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")

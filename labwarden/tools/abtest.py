@@ -24,12 +24,12 @@ from collections.abc import Awaitable, Callable
 from labwarden.core.decision import DecisionRule, judge, next_windows
 from labwarden.core.errors import LabError, ToolError
 from labwarden.core.experiments import Arm, Screening
-from labwarden.core.measurements import MAX_REPS, ProfileRecord
+from labwarden.core.measurements import MAX_REPS, MeasurementRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab import features
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.results.fingerprint import FingerprintOutput
-from labwarden.results.profile import ProfileOutput
+from labwarden.results.measure import MeasureOutput
 from labwarden.tools import parity
 from labwarden.tools.context import LabContext
 
@@ -59,7 +59,7 @@ async def switch_to(ctx: LabContext, build_id: str) -> bool:
     return flashed
 
 
-def metric_values(rec: ProfileRecord, metric: str) -> list[float]:
+def metric_values(rec: MeasurementRecord, metric: str) -> list[float]:
     if metric == "cpu":
         return [w.cpu_pct for w in rec.windows]
     missing = [w.rep for w in rec.windows if metric not in w.counters]
@@ -119,18 +119,18 @@ class AB:
                                      "identical (the profile's parity_check)")
         await ctx.report(len(arm.values), None, f"{name.upper()} ({arm.build_id}): {k} window(s) "
                          f"of {self.window_s:g} s at {self.screening.workload}")
-        while k > 0:  # a profile call measures at most MAX_REPS windows
+        while k > 0:  # a measure call takes at most MAX_REPS windows
             reps = min(k, MAX_REPS)
             await self._measure(name, arm, n, reps, settle)
             k, settle = k - reps, 0.0
 
     async def _measure(self, name: str, arm: Arm, n: int, reps: int, settle: float) -> None:
         ctx = self.ctx
-        out = await ctx.call("profile", {
+        out = await ctx.call("measure", {
             "stations": n, "window_s": self.window_s, "reps": reps, "perf": False,
             "uprobes": self.load_counter is not None or self.metric != "cpu", "settle_s": settle,
-            "hold": False}, ProfileOutput)  # held above, through the load driver
-        rec = RecordStore(ctx.data_dir).load("prof", out.profile_id, ProfileRecord)
+            "hold": False}, MeasureOutput)  # held above, through the load driver
+        rec = RecordStore(ctx.data_dir).load("prof", out.profile_id, MeasurementRecord)
         # the DUT's count where it has one (None: not measured here, nothing to compare)
         bad = [w.rep for w in rec.windows if w.restarted or w.datamodel_end not in (None, n)]
         if bad:

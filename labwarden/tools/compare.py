@@ -13,10 +13,10 @@ import statistics
 from pydantic import Field
 from scipy import stats
 
-from labwarden.core.conditions import Conditions
+from labwarden.core.conditions import WindowConditions
 from labwarden.core.decision import Verdict, pct_interval
 from labwarden.core.errors import ToolError
-from labwarden.core.measurements import ProfileRecord, SweepRecord
+from labwarden.core.measurements import MeasurementRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.results.compare import CompareOutput, PointDelta
@@ -75,9 +75,9 @@ def welch_delta(a: list[float], b: list[float], alpha: float, min_effect_pct: fl
                         verdict=verdict)
 
 
-def _conditions(store: RecordStore, rec: SweepRecord) -> list[Conditions]:
+def _conditions(store: RecordStore, rec: SweepRecord) -> list[WindowConditions]:
     return [w.conditions for p in rec.points
-            for w in store.load("prof", p.profile_id, ProfileRecord).windows]
+            for w in store.load("prof", p.profile_id, MeasurementRecord).windows]
 
 
 async def run(ctx: LabContext, inp: CompareInput) -> CompareOutput:

@@ -31,7 +31,7 @@ from labwarden.core.experiments import (
     Experiment,
     FlameRef,
     FunctionDelta,
-    GateResult,
+    Gate,
 )
 from labwarden.core.measurements import SweepRecord
 from labwarden.core.records import RecordNotFound, RecordStore
@@ -139,8 +139,8 @@ async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels
     gates = await ctx.call("gate_check", {"sweep_id": exp.sweep_b,
                                           "baseline_sweep_id": exp.sweep_a}, GateOutput)
     screened = {x.name for x in exp.gates}  # the parity gates again, now on the full sweeps
-    exp.gates += [GateResult(name=g.name, passed=g.passed, status=g.status,
-                             evidence=("full sweep: " if g.name in screened else "") + g.evidence)
+    exp.gates += [Gate(name=g.name, passed=g.passed, status=g.status,
+                       evidence=("full sweep: " if g.name in screened else "") + g.evidence)
                   for g in gates.gates]
     a, b = (store.load("swp", s, SweepRecord) for s in (exp.sweep_a, exp.sweep_b))
     try:

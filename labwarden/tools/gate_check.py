@@ -21,12 +21,12 @@ from itertools import pairwise
 from pydantic import Field, model_validator
 
 from labwarden.core.conditions import verified_evidence
-from labwarden.core.measurements import ProfileRecord, SweepRecord
+from labwarden.core.measurements import MeasurementRecord, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
-from labwarden.results.gate_check import Gate, GateOutput
+from labwarden.results.gate_check import CheckedGate, GateOutput
 from labwarden.results.saturate import SaturateRecord
 from labwarden.results.symbolize import SymbolizeOutput
 from labwarden.tools import parity, saturation_gates
@@ -61,14 +61,14 @@ class GateInput(ToolInput):
 
 
 async def _unknown_pct(ctx: LabContext, rec: SweepRecord, store: RecordStore) -> tuple[float | None, str]:
-    densest = store.load("prof", rec.points[-1].profile_id, ProfileRecord)
+    densest = store.load("prof", rec.points[-1].profile_id, MeasurementRecord)
     if not any(w.perf_data for w in densest.windows):
         return None, f"no perf.data at {densest.stations} clients (sweep ran with perf: false)"
     out = await ctx.call("symbolize", {"profile_id": densest.id}, SymbolizeOutput)  # a nested call, logged
     return float(out.unknown_pct), f"{out.unknown_pct:.3f}% unknown frames at {densest.stations} clients"
 
 
-def gate_output(rid: str, gates: list[Gate]) -> GateOutput:
+def gate_output(rid: str, gates: list[CheckedGate]) -> GateOutput:
     """The answer: failed and not-applicable gates listed apart (n/a never counts as failed)."""
     failed = [g.name for g in gates if g.status == "failed"]
     na = [g.name for g in gates if g.status == "not_applicable"]
@@ -82,27 +82,28 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
         sat = store.load("sat", inp.saturate_id, SaturateRecord)
         base_sat = (store.load("sat", inp.baseline_saturate_id, SaturateRecord)
                     if inp.baseline_saturate_id else None)
-        return gate_output(sat.id, saturation_gates.gates(sat, base_sat, Gate.judged, Gate.not_applicable))
+        return gate_output(sat.id, saturation_gates.gates(sat, base_sat, CheckedGate.judged,
+                                                          CheckedGate.not_applicable))
     assert inp.sweep_id is not None
     rec = store.load("swp", inp.sweep_id, SweepRecord)
-    profiles = [store.load("prof", p.profile_id, ProfileRecord) for p in rec.points]
+    profiles = [store.load("prof", p.profile_id, MeasurementRecord) for p in rec.points]
     axis = load_drivers.DRIVERS[ctx.profile.load.kind].axis
     no_clients = axis is None
     counted = all(w.datamodel_start is not None for prof in profiles for w in prof.windows) \
         and rec.cleanup_count is not None
-    gates: list[Gate] = []
+    gates: list[CheckedGate] = []
 
     curve = [(p.stations, p.cpu_mean) for p in rec.points]
     if not ctx.profile.gates.load_drives_cpu:
-        gates.append(Gate.not_applicable("cpu_monotonic", "the profile does not declare that the "
-                                         "workload drives the target's CPU ([gates] "
-                                         "load_drives_cpu)"))
+        gates.append(CheckedGate.not_applicable("cpu_monotonic", "the profile does not declare that the "
+                                                "workload drives the target's CPU ([gates] "
+                                                "load_drives_cpu)"))
     elif len(curve) == 1:
-        gates.append(Gate.not_applicable("cpu_monotonic", f"one workload point ({curve[0][0]}): "
-                                         "nothing to order"))
+        gates.append(CheckedGate.not_applicable("cpu_monotonic", f"one workload point ({curve[0][0]}): "
+                                                "nothing to order"))
     else:
-        gates.append(Gate.judged("cpu_monotonic", all(b[1] > a[1] for a, b in pairwise(curve)),
-                                 " < ".join(f"{c:.2f}%@{n}" for n, c in curve)))
+        gates.append(CheckedGate.judged("cpu_monotonic", all(b[1] > a[1] for a, b in pairwise(curve)),
+                                        " < ".join(f"{c:.2f}%@{n}" for n, c in curve)))
 
     try:
         pct, evidence = await _unknown_pct(ctx, rec, store)
@@ -110,13 +111,13 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
         pct, evidence = None, f"symbolize failed: {exc}"
     budget = ctx.profile.gates.unknown_frames_pct_max
     if pct is None and evidence.startswith("no perf.data"):  # asked not to record: not measured
-        gates.append(Gate.not_applicable("unknown_frames", evidence))
+        gates.append(CheckedGate.not_applicable("unknown_frames", evidence))
     else:
-        gates.append(Gate.judged("unknown_frames", pct is not None and pct <= budget,
-                                 f"{evidence}; budget {budget:g}%"))
+        gates.append(CheckedGate.judged("unknown_frames", pct is not None and pct <= budget,
+                                        f"{evidence}; budget {budget:g}%"))
 
     if no_clients or not counted:
-        gates.append(Gate.not_applicable(
+        gates.append(CheckedGate.not_applicable(
             "assoc_matches_datamodel", "the lab has no clients ([load] kind = \"none\")"
             if no_clients else datamodel.NOT_APPLICABLE))
     else:
@@ -125,44 +126,44 @@ async def run(ctx: LabContext, inp: GateInput) -> GateOutput:
                for p, prof in zip(rec.points, profiles, strict=True)
                if (p.per_radio and sum(p.per_radio) != p.stations)  # [] = a total-only reader
                or any(w.datamodel_start != p.stations for w in prof.windows)]
-        gates.append(Gate.judged("assoc_matches_datamodel", not bad, "; ".join(bad) or
-                                 "datamodel count == associated clients at every point"))
+        gates.append(CheckedGate.judged("assoc_matches_datamodel", not bad, "; ".join(bad) or
+                                        "datamodel count == associated clients at every point"))
 
     ok, evidence = verified_evidence(
         [(f"{prof.stations}/rep{w.rep}", w.conditions) for prof in profiles for w in prof.windows])
-    gates.append(Gate.judged("conditions_verified", ok, evidence))
+    gates.append(CheckedGate.judged("conditions_verified", ok, evidence))
 
     limit = ctx.profile.gates.rss_per_client_kb_max
     lo, hi = rec.points[0], rec.points[-1]
     span = hi.stations - lo.stations
     if span == 0:
-        gates.append(Gate.not_applicable("rss_bounded", f"one workload point ({lo.stations}): no "
-                                         f"per-client growth to bound (RSS {hi.rss_kb} kB)"))
+        gates.append(CheckedGate.not_applicable("rss_bounded", f"one workload point ({lo.stations}): no "
+                                                f"per-client growth to bound (RSS {hi.rss_kb} kB)"))
     else:
         per_client = (hi.rss_kb - lo.rss_kb) / span
-        gates.append(Gate.judged("rss_bounded", per_client <= limit,
-                                 f"RSS {lo.rss_kb} kB@{lo.stations} -> {hi.rss_kb} kB@{hi.stations}: "
-                                 f"{per_client:.2f} kB/client (limit {limit:g})"))
+        gates.append(CheckedGate.judged("rss_bounded", per_client <= limit,
+                                        f"RSS {lo.rss_kb} kB@{lo.stations} -> {hi.rss_kb} kB@{hi.stations}: "
+                                        f"{per_client:.2f} kB/client (limit {limit:g})"))
 
     if no_clients or not counted:
-        gates.append(Gate.not_applicable(
+        gates.append(CheckedGate.not_applicable(
             "functional_parity", "the lab has no clients to hold or release" if no_clients
             else datamodel.NOT_APPLICABLE))
     else:
         dropped = [p.stations for p in rec.points if not p.clients_held]
         held = f"clients lost at {dropped}; " if dropped else "clients held in every window; "
-        gates.append(Gate.judged("functional_parity", not dropped and rec.cleanup_count == 0,
-                                 held + f"{rec.cleanup_count} left after disassociation"))
+        gates.append(CheckedGate.judged("functional_parity", not dropped and rec.cleanup_count == 0,
+                                        held + f"{rec.cleanup_count} left after disassociation"))
 
     if inp.baseline_sweep_id is not None:
         base = store.load("swp", inp.baseline_sweep_id, SweepRecord)
         counter = ctx.profile.decision.offered_load_counter
-        densest_a = store.load("prof", base.points[-1].profile_id, ProfileRecord)
+        densest_a = store.load("prof", base.points[-1].profile_id, MeasurementRecord)
         loads_a, loads_b = ((parity.window_loads([densest_a], counter),
                              parity.window_loads(profiles[-1:], counter)) if counter else ([], []))
         for g in (parity.offered_load(ctx.profile.decision, loads_a, loads_b, window_s=densest_a.window_s),
                   parity.functional(base.parity, rec.parity)):
-            gates.append(Gate.model_validate(g.model_dump()))
+            gates.append(CheckedGate.model_validate(g.model_dump()))
 
     return gate_output(rec.id, gates)
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import statistics
 
 from labwarden.core.devtext import clean, quote
-from labwarden.core.experiments import GateResult
-from labwarden.core.measurements import ProfileRecord
+from labwarden.core.experiments import Gate
+from labwarden.core.measurements import MeasurementRecord
 from labwarden.lab.config import DecisionSection
 from labwarden.tools.context import LabContext
 
@@ -33,18 +33,18 @@ async def check_output(ctx: LabContext) -> str | None:
     return clean(text.rstrip(), 4000)  # stored as device text: cleaned, quoted where shown
 
 
-def functional(a: str | None, b: str | None) -> GateResult:
+def functional(a: str | None, b: str | None) -> Gate:
     if a is None and b is None:
-        return GateResult.not_applicable("declared_parity", "no check declared ([decision] "
-                                         "parity_check is empty)")
+        return Gate.not_applicable("declared_parity", "no check declared ([decision] "
+                                   "parity_check is empty)")
     if a is None or b is None:
-        return GateResult.judged("declared_parity", False,
-                                 f"the check ran on {'B' if a is None else 'A'} only")
+        return Gate.judged("declared_parity", False,
+                           f"the check ran on {'B' if a is None else 'A'} only")
     if a == b:
         lines = a.splitlines()
-        return GateResult.judged("declared_parity", True,
-                                 f"A and B print the same ({len(lines)} lines): "
-                                 + quote(" | ".join(ln[:80] for ln in lines[:3])))
+        return Gate.judged("declared_parity", True,
+                           f"A and B print the same ({len(lines)} lines): "
+                           + quote(" | ".join(ln[:80] for ln in lines[:3])))
     la, lb = a.splitlines(), b.splitlines()
     i = next((k for k in range(max(len(la), len(lb)))
               if (la[k] if k < len(la) else None) != (lb[k] if k < len(lb) else None)), 0)
@@ -59,36 +59,36 @@ def functional(a: str | None, b: str | None) -> GateResult:
     else:
         what = f"A {quote(line_a[:120])}, B {quote(line_b[:120])}"
     label = quote(line_a.split(":", 1)[0][:40]) if ":" in line_a else ""
-    return GateResult.judged("declared_parity", False,
-                             f"line {i + 1}{f' ({label})' if label else ''} differs -- {what}")
+    return Gate.judged("declared_parity", False,
+                       f"line {i + 1}{f' ({label})' if label else ''} differs -- {what}")
 
 
 def rate(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def window_loads(profiles: list[ProfileRecord], counter: str) -> list[float]:
+def window_loads(profiles: list[MeasurementRecord], counter: str) -> list[float]:
     return [w.counters[counter] for p in profiles for w in p.windows if counter in w.counters]
 
 
 def offered_load(dec: DecisionSection, a: list[float], b: list[float],
-                 window_s: float | None = None) -> GateResult:
+                 window_s: float | None = None) -> Gate:
     """`a`, `b`: per-window rates (calls/s) of windows `window_s` long (default: the rule's)."""
     counter, tol = dec.offered_load_counter, dec.offered_load_tolerance_pct
     if counter is None:
-        return GateResult.not_applicable("offered_load_parity", "no offered-load counter declared "
-                                         "([decision] offered_load_counter)")
+        return Gate.not_applicable("offered_load_parity", "no offered-load counter declared "
+                                   "([decision] offered_load_counter)")
     ra, rb = rate(a), rate(b)
     if ra is None or rb is None or ra <= 0:
         side = "A" if not a else "B" if not b else "A (zero)"
-        return GateResult.judged("offered_load_parity", False,
-                                 f"{counter} not measured on {side}: the offered load cannot be "
-                                 "shown equal (uprobe counters off or unavailable?)")
+        return Gate.judged("offered_load_parity", False,
+                           f"{counter} not measured on {side}: the offered load cannot be "
+                           "shown equal (uprobe counters off or unavailable?)")
     change = 100.0 * (rb - ra) / ra
     resolution = 100.0 / ((window_s or dec.window_s) * ra)  # one call per window, % of A's rate
     allowed = max(tol, resolution)
     ok = abs(change) <= allowed
     floor = f" (one call a window: {resolution:.1f}%)" if resolution > tol else ""
-    return GateResult.judged("offered_load_parity", ok,
-                             f"{counter} {ra:.2f}/s -> {rb:.2f}/s ({change:+.1f}%, mean of "
-                      f"{len(a)}/{len(b)} windows; tolerance +-{allowed:.1f}%{floor})")
+    return Gate.judged("offered_load_parity", ok,
+                       f"{counter} {ra:.2f}/s -> {rb:.2f}/s ({change:+.1f}%, mean of "
+                f"{len(a)}/{len(b)} windows; tolerance +-{allowed:.1f}%{floor})")

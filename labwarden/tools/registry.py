@@ -25,7 +25,7 @@ _MODULES = {
     "flash": "flash",
     "fingerprint_verify": "fingerprint",
     "associate": "associate",
-    "profile": "profile",
+    "measure": "measure",
     "sweep": "sweep",
     "traffic_sweep": "traffic_sweep",
     "saturate": "saturate",

@@ -2,7 +2,7 @@
 constant, even split over the radios; 0 on a DUT without a load) measure `reps` windows, and
 return the curve with counters and RSS per point.
 
-Each point's association and windows are nested `associate` and `profile` calls (guarded,
+Each point's association and windows are nested `associate` and `measure` calls (guarded,
 logged under the sweep). Mutates DUT state (its load), and leaves the DUT with no load when it
 ends, checking with the DUT's own count, where it has one, that the release cleaned up (a gate
 reads that). perf records the densest point only by default, which is what symbolize and the
@@ -17,14 +17,14 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from labwarden.core.measurements import ProfileRecord, SweepPoint, SweepRecord
+from labwarden.core.measurements import MeasurementRecord, SweepPoint, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import features
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
 from labwarden.results.associate import AssociateOutput
-from labwarden.results.profile import ProfileOutput
+from labwarden.results.measure import MeasureOutput
 from labwarden.results.sweep import SweepOutput
 from labwarden.tools import parity
 from labwarden.tools.context import LabContext
@@ -84,13 +84,13 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
                 check = await parity.check_output(ctx)
             window = {"stations": n, "window_s": inp.window_s, "reps": inp.reps, "hold": False,
                       "settle_s": inp.settle_s}
-            summary = await ctx.call("profile", {**window, "perf": inp.perf and densest,
-                                                 "perf_reps": 1}, ProfileOutput)
-            rec = store.load("prof", summary.profile_id, ProfileRecord)
+            summary = await ctx.call("measure", {**window, "perf": inp.perf and densest,
+                                                 "perf_reps": 1}, MeasureOutput)
+            rec = store.load("prof", summary.profile_id, MeasurementRecord)
             idle_cpu = summary.cpu_pct.mean if inp.idle_baseline else None
             if inp.idle_baseline and stops:  # a real baseline: the same point, the load stopped
                 await load.hold(0)
-                idle = await ctx.call("profile", {**window, "perf": False, "idle": True}, ProfileOutput)
+                idle = await ctx.call("measure", {**window, "perf": False, "idle": True}, MeasureOutput)
                 idle_cpu = idle.cpu_pct.mean
             points.append(SweepPoint(
                 stations=n, profile_id=rec.id, cpu_mean=summary.cpu_pct.mean,

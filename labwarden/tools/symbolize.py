@@ -1,11 +1,11 @@
-"""symbolize: turn a profile's perf.data into folded stacks, a flame graph and a hot-path tree.
+"""symbolize: turn a measurement's perf.data into folded stacks, a flame graph and a hot-path tree.
 
 Reads the DUT (system libraries, kallsyms) over SFTP, changes nothing there. perf script runs on
 the host against a symfs of the build that ran plus the DUT's own libraries (fetched once, cached
 by build-id; a build-id mismatch is never accepted). Returns the hot paths (total and self %),
 the dominant path, unknown-frame %, stack depth, the share of named functions, and with a baseline
 the top deltas and a differential flame graph. Always a per-thread breakdown (samples per
-thread and per family: ksoftirqd/*, kworker/*, the target); a system-wide profile's flame graph
+thread and per family: ksoftirqd/*, kworker/*, the target); a system-wide measurement's flame graph
 has one tower per thread name, kernel threads included. Raw data stays in artifacts whose paths
 are returned; results are cached by the perf.data hash.
 """
@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
-from labwarden.core.measurements import ProfileRecord
+from labwarden.core.measurements import MeasurementRecord
 from labwarden.core.paths import PathRefused, contained, is_regular_file, within
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
@@ -39,9 +39,10 @@ FORMAT = 2
 
 
 class SymbolizeInput(ToolInput):
-    profile_id: str = Field(description="a profile record id (kind 'prof')", examples=["prof-0123456789ab"])
+    profile_id: str = Field(description="a measurement's id (kind 'prof', from `measure`)",
+                            examples=["prof-0123456789ab"])
     rep: int = Field(0, ge=0, le=9, description="which window's perf.data")
-    baseline_profile_id: str | None = Field(None, description="compare against this profile "
+    baseline_profile_id: str | None = Field(None, description="compare against this measurement "
                                             "(top deltas + differential flame graph)")
     baseline_rep: int = Field(0, ge=0, le=9, description="the baseline's window")
     top: int = Field(25, ge=1, le=40, description="lines of the hot-path tree")
@@ -76,22 +77,22 @@ def _bins(diff: bool) -> dict[str, str]:
     return {n: p for n, p in found.items() if p}
 
 
-def _load(store: RecordStore, pid: str, rep: int) -> tuple[ProfileRecord, Path]:
+def _load(store: RecordStore, pid: str, rep: int) -> tuple[MeasurementRecord, Path]:
     try:
-        rec = store.load("prof", pid, ProfileRecord)
+        rec = store.load("prof", pid, MeasurementRecord)
     except RecordNotFound as exc:
         raise ToolError("invalid_input", f"profile_id: {exc.problem}", exc.remedy) from exc
     window = next((w for w in rec.windows if w.rep == rep), None)
     if window is None or not window.perf_data:
         with_perf = [w.rep for w in rec.windows if w.perf_data]
         raise ToolError("invalid_input", f"rep: {pid} has no perf.data for rep {rep}",
-                        f"reps with perf.data: {with_perf or 'none (profile with perf=true)'}")
+                        f"reps with perf.data: {with_perf or 'none (measure with perf=true)'}")
     path = Path(window.perf_data)
     raw = str(path if path.is_absolute() else store.artifact(pid) / path)
     path = contained(raw, [store.artifact(pid)], what="profile_id")  # the record's own artifacts
     if not is_regular_file(path):
         raise ToolError("invalid_input", f"rep: perf.data of {pid} rep {rep} is gone ({path})",
-                        "profile again")
+                        "measure again")
     return rec, path
 
 
@@ -121,7 +122,7 @@ def content_key(perf_data: Path, memo_file: Path) -> str:
     return digest
 
 
-async def symbolized(ctx: LabContext, rec: ProfileRecord, perf_data: Path,
+async def symbolized(ctx: LabContext, rec: MeasurementRecord, perf_data: Path,
                      bins: dict[str, str]) -> tuple[Symbolized, bool]:
     """The folded stacks + SVG of one perf.data: from the cache, or made now. (result, cached)"""
     base = ctx.data_dir / "symbolized"
@@ -152,20 +153,20 @@ async def symbolized(ctx: LabContext, rec: ProfileRecord, perf_data: Path,
     try:
         dsos = await asyncio.to_thread(sf.recorded_dsos, perf_data)
     except (RuntimeError, ValueError, OSError, struct.error) as exc:
-        raise ToolError("tool", str(exc), "is the file a perf.data? profile again") from exc
+        raise ToolError("tool", str(exc), "is the file a perf.data? measure again") from exc
     empty = out / "buildid-empty"
     empty.mkdir(exist_ok=True)
     if rec.system_wide:  # every process's mappings were recorded: fetch only what samples touch
         try:
             sampled = await asyncio.to_thread(sf.sampled_dsos, bins["perf"], perf_data, kallsyms, empty)
         except RuntimeError as exc:
-            raise ToolError("tool", str(exc), "is the file a perf.data? profile again") from exc
+            raise ToolError("tool", str(exc), "is the file a perf.data? measure again") from exc
         warnings.append(f"system-wide: symbols for the {sum(d.path in sampled for d in dsos)} DSOs "
                         f"the samples touch (of {len(dsos)} mapped)")
         dsos = [d for d in dsos if d.path in sampled]
     manifest = load_manifest(ctx.profile, rec.build_id) if rec.build_id else None
     if manifest is None:
-        warnings.append("the profile names no verified build: symbols come from the DUT only")
+        warnings.append("the measurement names no verified build: symbols come from the DUT only")
     await ctx.report(2, 4, f"assembling the symfs ({len(dsos)} DSOs)")
     symfs = await sf.assemble(ctx.device, dsos, out / "symfs", ctx.data_dir / "symcache",
                               manifest, kallsyms)

@@ -4,7 +4,6 @@ from labwarden.core.events import (
     SCHEMA_VERSION,
     Event,
     GuardDecision,
-    MeasurementConditions,
     ModelCall,
     Note,
     SessionEnded,
@@ -18,7 +17,7 @@ from labwarden.transcripts.store import Checkpoint, StoredEvent, TranscriptError
 
 __all__ = [
     "SCHEMA_VERSION", "AuditReport", "CacheCreation", "Checkpoint", "Cost", "Event",
-    "GuardDecision", "MeasurementConditions", "ModelCall", "Note", "SessionEnded", "SessionStarted",
+    "GuardDecision", "ModelCall", "Note", "SessionEnded", "SessionStarted",
     "StoredEvent", "ToolCalled", "TranscriptError", "TranscriptStore", "UnknownModel", "Usage", "audit",
     "cost",
 ]

@@ -26,15 +26,15 @@ class Device:
 
     Satisfies labwarden.lab.dut.protocol.DutAccess (tests/test_dut_protocol.py checks it)."""
 
-    def __init__(self, target: SshEndpoint, *, connect_timeout: float = 10, retries: int = 3,
+    def __init__(self, endpoint: SshEndpoint, *, connect_timeout: float = 10, retries: int = 3,
                  env: Mapping[str, str] | None = None, unreachable_remedy: str | None = None):
-        """`target` is the DUT's SSH endpoint (not the profile's `[target]`, the measured process);
+        """`endpoint` is the DUT's SSH endpoint (the profile's `[target]` is the measured process);
         `retries` is the number of connection attempts before Unreachable (at least one); `env`
         is exported for every command, on the channel and each exec (the profile's `[dut] env`:
         PATH above all, since no login shell runs). A missing or malformed host key pin raises
         DeviceError here, before any connect; a bad env name raises ValueError.
         `unreachable_remedy` is what an Unreachable error tells to do (lab/reach.py)."""
-        self._connection = Connection(target, connect_timeout=connect_timeout, retries=retries,
+        self._connection = Connection(endpoint, connect_timeout=connect_timeout, retries=retries,
                                       remedy=unreachable_remedy)
         self._commands = Commands(self._connection, env)
         self._files = Files(self._connection, self._commands)
@@ -43,7 +43,7 @@ class Device:
         power drivers act through it."""
 
     @property
-    def target(self) -> SshEndpoint:
+    def endpoint(self) -> SshEndpoint:
         """The SSH endpoint of the DUT."""
         return self._connection.endpoint
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from labwarden.core.errors import LabError
-from labwarden.lab.config import StasimLoad as StasimLoadSection
+from labwarden.lab.config import StasimLoadSection
 from labwarden.lab.host import pidfile
 
 

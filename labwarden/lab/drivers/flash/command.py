@@ -9,8 +9,7 @@ import contextlib
 from pathlib import Path
 from typing import ClassVar
 
-from labwarden.lab.config import CommandFlash as CommandFlashSection
-from labwarden.lab.config import LabProfile
+from labwarden.lab.config import CommandFlashSection, LabProfile
 from labwarden.lab.drivers.flash import back
 from labwarden.lab.drivers.flash.base import FlashFailed, Report
 from labwarden.lab.dut.device import Device
@@ -28,7 +27,7 @@ class CommandFlash:
         return " ".join(self.section.command)
 
     def argv(self, image: Path) -> list[str]:
-        ep = self.dev.target
+        ep = self.dev.endpoint
         fill = {"{image}": str(image), "{host}": ep.host, "{port}": str(ep.port), "{user}": ep.user}
         out = []
         for arg in self.section.command:

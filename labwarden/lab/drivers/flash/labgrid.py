@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from labwarden.lab import labgrid
-from labwarden.lab.config import LabgridFlash as LabgridFlashSection
-from labwarden.lab.config import LabProfile
+from labwarden.lab.config import LabgridFlashSection, LabProfile
 from labwarden.lab.drivers.flash import back
 from labwarden.lab.drivers.flash.base import FlashFailed, Report
 from labwarden.lab.dut.device import Device

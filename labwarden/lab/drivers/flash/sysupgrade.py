@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from labwarden.core.devtext import quote
-from labwarden.lab.config import LabProfile, SysupgradeFlash
+from labwarden.lab.config import LabProfile, SysupgradeFlashSection
 from labwarden.lab.drivers.flash import back
 from labwarden.lab.drivers.flash.base import FlashFailed, Report, boot_id
 from labwarden.lab.dut.device import Device
@@ -23,7 +23,7 @@ class Sysupgrade:
     """A new boot (boot_id) is part of coming back."""
 
     def __init__(self, profile: LabProfile, dev: Device):
-        assert isinstance(profile.flash, SysupgradeFlash)
+        assert isinstance(profile.flash, SysupgradeFlashSection)
         self.profile, self.dev, self.section = profile, dev, profile.flash
 
     def describe(self) -> str:

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from typing import ClassVar
 
-from labwarden.lab.config import CommandLoad as CommandLoadSection
+from labwarden.lab.config import CommandLoadSection
 from labwarden.lab.drivers.load.base import LoadError
 
 

@@ -5,7 +5,7 @@ The client runs on the lan side and the server on the wan side, each through its
 measured window (`iperf3 --json`, the server's own view fetched with --get-server-output) and
 returns what iperf3 itself says -- achieved rate, loss, jitter, retransmits, per-interval series --
 checked against what was asked. `hold(n)` keeps n TCP streams running until `hold(0)` (the
-LoadDriver seam: `profile`/`sweep` windows under load; 0 = the load stopped, an idle baseline).
+LoadDriver seam: `measure`/`sweep` windows under load; 0 = the load stopped, an idle baseline).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from labwarden.core.devtext import quote
-from labwarden.lab.config import Iperf3Load
+from labwarden.lab.config import Iperf3LoadSection
 from labwarden.lab.drivers.load.base import LoadError
 
 ON_TARGET_PCT = 10.0
@@ -171,7 +171,7 @@ class Iperf3:
     default_points: ClassVar[tuple[int, ...]] = (1, 4, 8)
     stops_traffic: ClassVar[bool] = True
 
-    def __init__(self, section: Iperf3Load):
+    def __init__(self, section: Iperf3LoadSection):
         self.section = section
         self.radios = section.radios
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from labwarden.lab.config import NoLoad
+from labwarden.lab.config import NoLoadSection
 from labwarden.lab.drivers.load.base import LoadError
 
 
@@ -15,7 +15,7 @@ class NoClients:
     default_points: ClassVar[tuple[int, ...]] = (0,)
     stops_traffic: ClassVar[bool] = False
 
-    def __init__(self, section: NoLoad):
+    def __init__(self, section: NoLoadSection):
         self.section = section
         self.radios = section.radios
 

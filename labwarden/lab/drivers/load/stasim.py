@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import ClassVar
 
-from labwarden.lab.config import StasimLoad
+from labwarden.lab.config import StasimLoadSection
 from labwarden.lab.drivers.load.base import LoadError
 from labwarden.lab.host import stasim
 
@@ -16,7 +16,7 @@ class Stasim:
     default_points: ClassVar[tuple[int, ...]] = (18, 60, 114)
     stops_traffic: ClassVar[bool] = False
 
-    def __init__(self, section: StasimLoad):
+    def __init__(self, section: StasimLoadSection):
         self.section = section
         self.radios = section.radios
 

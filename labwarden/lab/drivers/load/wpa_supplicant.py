@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from labwarden.lab.config import WpaSupplicantLoad
+from labwarden.lab.config import WpaSupplicantLoadSection
 from labwarden.lab.drivers.load.base import LoadError
 from labwarden.lab.dut.device import Device
 
@@ -23,7 +23,7 @@ class WpaSupplicant:
     default_points: ClassVar[tuple[int, ...]] = (18, 60, 114)
     stops_traffic: ClassVar[bool] = False
 
-    def __init__(self, section: WpaSupplicantLoad, device: Device | None = None):
+    def __init__(self, section: WpaSupplicantLoadSection, device: Device | None = None):
         self.section = section
         self.radios = section.radios
         self.device = device

@@ -1,6 +1,6 @@
-"""profile: measure the target at a workload point (N clients or streams; 0 on a DUT without a
+"""measure: measure the target at a workload point (N clients or streams; 0 on a DUT without a
 load) -- per rep, a perf record, a 1 Hz sampler (CPU from utime+stime over the DUT's CLK_TCK,
-RSS, IO) and the profile's uprobe counters (calls/s of each probed function), all running on
+RSS, IO) and the lab profile's uprobe counters (calls/s of each probed function), all running on
 the DUT at once; every window stores its conditions and the DUT's
 kernel CPU split per core. `system_wide` perf-records every CPU with kernel stacks.
 
@@ -8,8 +8,9 @@ The split: user/system/irq/softirq per core from /proc/stat and softirq counts (
 /proc/softirqs, at the window's start and end. System-wide, the flame graph holds the kernel
 threads and softirqs that carry packets (ksoftirqd/N, kworkers), not only the target.
 
-Profiles say where; counters say how often and how much. Raw data (perf.data, kallsyms) stays
-in artifacts; the result is a summary with the profile id for `symbolize`.
+perf samples say where; counters say how often and how much. Raw data (perf.data, kallsyms)
+stays in artifacts; the result is a summary with the measurement's id (`profile_id`, `prof-`:
+the names stored records have always used) for `symbolize`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pydantic import Field
 from labwarden.core.devtext import quote
 from labwarden.core.errors import ToolError
 from labwarden.core.kernelsplit import KernelSplit, KernelSummary
-from labwarden.core.measurements import MAX_REPS, ProfileRecord, Window
+from labwarden.core.measurements import MAX_REPS, MeasurementRecord, Window
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab import features, perfcount
@@ -37,7 +38,7 @@ from labwarden.lab.dut import datamodel, kstat, procs, sampler, uprobes
 from labwarden.lab.dut.commands import RunResult
 from labwarden.lab.dut.jobs import DutJobs
 from labwarden.lab.host.builds import load_manifest
-from labwarden.results.profile import CpuSummary, ProfileOutput
+from labwarden.results.measure import CpuSummary, MeasureOutput
 from labwarden.tools.context import LabContext
 
 PERF_RECORD = ["record", "-N", "-z", "--buildid-mmap", "--no-bpf-event", "-e", "cpu-clock",
@@ -57,14 +58,14 @@ sample on every CPU would be far bigger and add nothing there; user frames of pr
 without frame pointers stay shallow."""
 
 
-class ProfileInput(ToolInput):
+class MeasureInput(ToolInput):
     stations: int = Field(ge=0, le=4096, description="clients held during the windows", examples=[114])
     window_s: float = Field(10, ge=2, le=300, description="seconds per window", examples=[10])
     reps: int = Field(3, ge=1, le=MAX_REPS, description="windows (repetitions)")
     perf: bool = Field(True, description="perf record the target (symbolize needs it)")
     perf_reps: int | None = Field(None, ge=0, le=10, description="record perf in the first N reps only "
                                   "(default: all)")
-    uprobes: bool = Field(True, description="count the profile's uprobe functions")
+    uprobes: bool = Field(True, description="count the lab profile's uprobe functions")
     system_wide: bool = Field(False, description="perf records every CPU with kernel stacks "
                               "(`perf record -a -g`): the kernel threads and softirqs that carry "
                               "packets, not only the target; the target's 1 Hz sampler still runs")
@@ -77,7 +78,7 @@ class ProfileInput(ToolInput):
                        "baseline): recorded as an idle measurement")
 
 
-async def measure(ctx: LabContext, inp: ProfileInput) -> ProfileRecord:
+async def measure(ctx: LabContext, inp: MeasureInput) -> MeasurementRecord:
     """The windows themselves."""
     prof, dev = ctx.profile, ctx.device
     kind = "idle" if inp.idle else "loaded"
@@ -139,14 +140,14 @@ async def measure(ctx: LabContext, inp: ProfileInput) -> ProfileRecord:
     except BaseException:
         shutil.rmtree(art, ignore_errors=True)  # no record, so no orphan artifacts either
         raise
-    record = ProfileRecord(id=pid, stations=inp.stations, window_s=inp.window_s, kind=kind,
+    record = MeasurementRecord(id=pid, stations=inp.stations, window_s=inp.window_s, kind=kind,
                            build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
                            target_pid=proc.pid, windows=windows, kallsyms=kallsyms,
                            system_wide=inp.system_wide and kallsyms is not None,  # perf recorded
                            uprobes={c: f"{b}:{f}" for c, (b, f) in probes.items()},
                            notes=notes)
     store.save("prof", pid, record)
-    await ctx.report(inp.reps, inp.reps, f"profile {pid} stored")
+    await ctx.report(inp.reps, inp.reps, f"measurement {pid} stored")
     return record
 
 
@@ -244,7 +245,7 @@ def perf_record_argv(perf: str, system_wide: bool, pid: int, out: str, seconds: 
     return [perf, *scope, "-o", out, "--", "sleep", seconds]
 
 
-async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events: list[str],
+async def _window(ctx: LabContext, inp: MeasureInput, pid: int, rep: int, events: list[str],
                   counting: list[asyncio.Task[RunResult] | None], perf: bool, art: Path,
                   jobs: DutJobs, notes: list[str]) -> Window:
     """One window: the sampler and perf record are awaited; the uprobe counters' perf stat is
@@ -305,7 +306,7 @@ async def _window(ctx: LabContext, inp: ProfileInput, pid: int, rep: int, events
                   perf_bytes=perf_bytes, kernel=kernel, conditions=cond)
 
 
-def summarize(record: ProfileRecord) -> ProfileOutput:
+def summarize(record: MeasurementRecord) -> MeasureOutput:
     vals = record.cpu_values()
     warnings = list(record.notes)
     if any(w.restarted for w in record.windows):
@@ -314,7 +315,7 @@ def summarize(record: ProfileRecord) -> ProfileOutput:
         warnings.append("clients were lost during a window (datamodel count changed)")
     names = sorted({k for w in record.windows for k in w.counters})
     perf_sizes = [w.perf_bytes / w.duration_s for w in record.windows if w.perf_bytes]
-    return ProfileOutput(
+    return MeasureOutput(
         profile_id=record.id, stations=record.stations,
         cpu_pct=CpuSummary(mean=round(statistics.fmean(vals), 3),
                            stdev=round(statistics.stdev(vals), 3) if len(vals) > 1 else 0.0,
@@ -331,12 +332,12 @@ def summarize(record: ProfileRecord) -> ProfileOutput:
         warnings=warnings)
 
 
-async def run(ctx: LabContext, inp: ProfileInput) -> ProfileOutput:
+async def run(ctx: LabContext, inp: MeasureInput) -> MeasureOutput:
     return summarize(await measure(ctx, inp))
 
 
-SPEC = ToolSpec(name="profile", description=describe(__doc__), input=ProfileInput,
-                output=ProfileOutput, run=run, effect="mutates_dut",
+SPEC = ToolSpec(name="measure", description=describe(__doc__), input=MeasureInput,
+                output=MeasureOutput, run=run, effect="mutates_dut",
                 requires=frozenset({"lease", "board_healthy", "fingerprint_verified", "env_pinned",
                                     "topology_asserted"}),
                 budget_class="measure", measures=True)

@@ -1,4 +1,4 @@
-"""What `profile` returns: its spec's `output`."""
+"""What `measure` returns: its spec's `output`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ class CpuSummary(BaseModel):
     per_rep: list[float]
 
 
-class ProfileOutput(BaseModel):
+class MeasureOutput(BaseModel):
     profile_id: str
     stations: int
     cpu_pct: CpuSummary
