@@ -34,7 +34,7 @@ def _surely_small(args: dict[str, Any]) -> bool:
     """Whether args are surely kept as they are: few keys, and JSON short enough that no value
     can reach ARG_CHARS (a value's JSON is part of the whole's). pydantic_core's encoder, ~20x
     faster than json.dumps: this runs on every tool call. Its UTF-8 bytes are never fewer
-    than json.dumps' characters but for a number's spelling ("1e16" for "1e+16"), so half the
+    than json.dumps' characters but for a number's spelling ("1.5e-7" for "1.5e-07"), so half the
     bound leaves a wide margin; anything larger takes the exact path."""
     try:
         return len(args) <= MAX_KEYS and len(to_json(args, fallback=str)) <= ARG_CHARS // 2
