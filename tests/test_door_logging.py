@@ -137,6 +137,27 @@ async def test_an_oversized_argument_is_stored_as_a_digest(lab: VlabLayout) -> N
     assert grown < 1 << 20, grown  # six 10 MB arguments (and a 100 kB URI) grew it < 1 MB
 
 
+def test_the_fast_size_check_keeps_exactly_what_the_exact_rule_keeps() -> None:
+    """bounded_args sizes small arguments with pydantic_core (every call pays it): at the
+    edges -- a value of exactly ARG_CHARS, one more, multi-byte text, numbers pydantic_core
+    spells shorter than json.dumps, too many keys -- it keeps what the json.dumps rule keeps."""
+    from labwarden.core.digest import ARG_CHARS, MAX_KEYS, bounded_args
+
+    def chars(v: Any) -> int:
+        return len(json.dumps(v, ensure_ascii=False, separators=(",", ":")))
+
+    cases: list[dict[str, Any]] = [
+        {"n": 5}, {"s": "é" * 1000}, {"s": "x" * (ARG_CHARS - 2)}, {"s": "x" * (ARG_CHARS - 1)},
+        {"f": [1.5e-7] * 255}, {"f": [1.5e-7] * 256}, {f"k{i}": i for i in range(MAX_KEYS)},
+        {f"k{i}": i for i in range(MAX_KEYS + 1)}]
+    for args in cases:
+        over = len(args) > MAX_KEYS or any(chars(v) > ARG_CHARS for v in args.values())
+        kept = bounded_args(args)
+        assert (kept is args) is not over, (list(args), over)
+        if over:
+            assert "$digest" in json.dumps(kept)
+
+
 def test_an_oversized_http_body_is_refused_and_logged_as_a_digest(lab: VlabLayout) -> None:
     proc, port = _serve_http(lab)
     try:

@@ -8,6 +8,8 @@ import hashlib
 import json
 from typing import Any
 
+from pydantic_core import to_json
+
 ARG_CHARS = 2048
 """An argument whose JSON is longer is stored as its digest."""
 ARGS_CHARS = 16384
@@ -28,9 +30,23 @@ def _json(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":"))
 
 
+def _surely_small(args: dict[str, Any]) -> bool:
+    """Whether args are surely kept as they are: few keys, and JSON short enough that no value
+    can reach ARG_CHARS (a value's JSON is part of the whole's). pydantic_core's encoder, ~20x
+    faster than json.dumps: this runs on every tool call. Its UTF-8 bytes are never fewer
+    than json.dumps' characters but for a number's spelling ("1.5e-7" for "1.5e-07"), so half the
+    bound leaves a wide margin; anything larger takes the exact path."""
+    try:
+        return len(args) <= MAX_KEYS and len(to_json(args, fallback=str)) <= ARG_CHARS // 2
+    except Exception:  # a value pydantic_core cannot encode: json.dumps decides
+        return False
+
+
 def bounded_args(args: Any) -> dict[str, Any]:
     """`args` as the transcript stores it: a dict whose values are each the argument or, for an
     oversized one, its digest; the whole thing digested when it is not a small dict."""
+    if isinstance(args, dict) and _surely_small(args):
+        return args
     if not isinstance(args, dict):
         return digest_of(_json(args)) if len(_json(args)) > ARG_CHARS else {"$value": args}
     whole = _json(args)

@@ -31,11 +31,16 @@ async def _keep(guard: Guard, every: float) -> None:
             log.warning("renewing the DUT lease failed: %s", exc.problem)
 
 
+def renews(guard: Guard, spec: ToolSpec) -> bool:
+    """Whether a call of `spec` keeps the lease while it runs: it holds it, and needs it."""
+    return guard.lease.held and ("lease" in spec.requires
+                                 or spec.effect in ("mutates_dut", "destructive"))
+
+
 @contextlib.asynccontextmanager
 async def lease_renewal(guard: Guard, spec: ToolSpec) -> AsyncIterator[None]:
     """Renew the lease in the background while the body runs, if this call holds it."""
-    if not guard.lease.held or ("lease" not in spec.requires and spec.effect not in
-                                ("mutates_dut", "destructive")):
+    if not renews(guard, spec):
         yield
         return
     task = asyncio.create_task(_keep(guard, max(0.5, guard.lease.ttl_s / 3)))

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any, cast, get_args
 
 from pydantic import ValidationError
+from pydantic_core import to_json
 
 from labwarden.core.call import ToolCallRecord, ToolFailure
 from labwarden.core.conditions import CallConditions
@@ -42,7 +43,7 @@ from labwarden.guardrails.guard import Admission, Guard
 from labwarden.guardrails.refusal import Refused
 from labwarden.lab import features
 from labwarden.runtime import door
-from labwarden.runtime.leasekeeper import lease_renewal
+from labwarden.runtime.leasekeeper import lease_renewal, renews
 from labwarden.tools import registry
 from labwarden.tools.context import LabContext, current_messages, heal_unguarded
 
@@ -80,9 +81,12 @@ def _invalid(exc: ValidationError) -> ToolFailure:
 def _call_event(record: ToolCallRecord, conditions: CallConditions | None, *,
                 allowed: bool = False, measured: bool = False,
                 parent_id: str | None = None) -> ToolCalled:
-    # compact JSON of what the client gets (the MCP server sends exactly this text)
-    shown = record.output if record.ok else record.error
-    record.result_json = shown.model_dump_json() if shown is not None else "null"
+    # compact JSON of what the client gets (the MCP server sends exactly this text): a
+    # result's from the dict already dumped (its structured content), not the model again
+    if record.ok:
+        record.result_json = to_json(record.result).decode()
+    else:
+        record.result_json = record.error.model_dump_json() if record.error is not None else "null"
     return ToolCalled.of(record, result_json=record.result_json, conditions=conditions,
                          guard="allow" if allowed else None, measured=measured and record.ok,
                          parent_id=parent_id)
@@ -219,8 +223,9 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
     error: ToolFailure | None = None
     # a nested call runs inside its parent's deadline and its parent's lease renewal
     left = guard.budget.time_left() if guard is not None and not nested else None
+    # (a call that keeps no lease skips the renewal's generator: most calls, on every call)
     renewal = lease_renewal(guard, spec) if guard is not None and not (nested and leased_before) \
-        else contextlib.nullcontext()
+        and renews(guard, spec) else contextlib.nullcontext()
     try:
         async with renewal:
             if left is None:
