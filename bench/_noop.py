@@ -78,11 +78,11 @@ def main() -> None:
 def _short_cut_runner() -> None:
     """Replace the runner (validation, guard, transcript) in the server by a direct call."""
     from labwarden.core.call import ToolCallRecord
-    from labwarden.runtime import door
+    from labwarden.runtime import request_mark
     from labwarden.server import tools
 
     async def direct(ctx: object, name: str, args: dict) -> ToolCallRecord:  # type: ignore[type-arg]
-        door.logged()  # as the runner does: else the MCP door logs the call as refused
+        request_mark.logged()  # as the runner does: else the MCP door logs the call as refused
         out = NoopOutput(n=args.get("n", 0))
         return ToolCallRecord(tool=name, args=args, ok=True, result=out.model_dump(), output=out,
                               result_json=out.model_dump_json())

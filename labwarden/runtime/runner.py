@@ -42,7 +42,7 @@ from labwarden.guardrails import budget as budgets
 from labwarden.guardrails.guard import Admission, Guard
 from labwarden.guardrails.refusal import Refused
 from labwarden.lab import features
-from labwarden.runtime import door
+from labwarden.runtime import request_mark
 from labwarden.runtime.leasekeeper import lease_renewal, renews
 from labwarden.tools import registry
 from labwarden.tools.context import LabContext, current_messages, heal_unguarded
@@ -104,7 +104,7 @@ def _refused(ctx: LabContext, record: ToolCallRecord, d: GuardDecision,
                                code=d.code, message=d.reason, remedy=d.remedy)
     d.parent_id = parent_id
     ctx.log(d, _call_event(record, None, parent_id=parent_id), durable=False)  # nothing ran
-    door.logged()
+    request_mark.logged()
     return record
 
 
@@ -202,7 +202,7 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
             record.error = ToolFailure.of(exc)
             record.error.message = clean(record.error.message)
             ctx.log(_call_event(record, None, parent_id=parent_id), durable=False)
-            door.logged()
+            request_mark.logged()
             return record
         # A heal changed the DUT: committed (durably) now, before the tool runs. The allow
         # that follows is recorded on the call's own event (ToolCalled.guard): one row, one
@@ -272,7 +272,7 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
             events.append(after)
         # a call that changed the DUT, or turned the board bad, must survive a power cut too
         ctx.log(*events, durable=spec.effect in CHANGES_DUT or after is not None)
-        door.logged()
+        request_mark.logged()
         current_messages.reset(messages_token)
     return record
 

@@ -2,7 +2,7 @@
 whatever happens to it (and so does every listing and prompt: a `request_served`) -- including
 what never reaches the runner (arguments the SDK's own validation refuses, a malformed request).
 An SDK middleware wraps each request: when the request ends and the runner wrote nothing for it
-(runtime/door.py counts what it wrote), the door writes the event itself -- a refusal for a tool
+(runtime/request_mark.py counts what it wrote), the door writes the event itself -- a refusal for a tool
 call, a `resource_read` for a read.
 """
 
@@ -17,7 +17,7 @@ from mcp.server.context import ServerRequestContext
 from labwarden.core.devtext import clean
 from labwarden.core.digest import bounded_name
 from labwarden.core.events import RequestServed, ResourceRead
-from labwarden.runtime import door
+from labwarden.runtime import request_mark
 from labwarden.runtime.runner import refuse_at_door
 from labwarden.server.sessions import lab_for
 
@@ -89,8 +89,8 @@ async def middleware(rc: ServerRequestContext[Any, Any], call_next: Any) -> Any:
         return await _served(rc, call_next)
     if rc.method not in LOGGED or rc.request_id is None:
         return await call_next(rc)
-    mark = door.Mark()
-    token = door.current.set(mark)
+    mark = request_mark.Mark()
+    token = request_mark.current.set(mark)
     try:
         try:
             result = await call_next(rc)
@@ -106,4 +106,4 @@ async def middleware(rc: ServerRequestContext[Any, Any], call_next: Any) -> Any:
                 log.exception("could not log %s", rc.method)
         return result
     finally:
-        door.current.reset(token)
+        request_mark.current.reset(token)

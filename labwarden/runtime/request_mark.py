@@ -1,5 +1,5 @@
-"""Did this request leave its transcript event? The MCP server's door (server/door.py) asks it
-after every request, so a request that failed before reaching the runner -- an SDK validation
+"""Did this request leave its transcript event? A per-request mark (not a door): the MCP
+server's door (server/door.py) asks it after every request, so a request that failed before reaching the runner -- an SDK validation
 error, an unknown method -- is logged there instead, and nothing is logged twice.
 
 A per-request mark in a context variable: the door sets one, the runner ticks it whenever it
@@ -18,7 +18,7 @@ class Mark:
     """Call events (tool_called, resource_read) the runner wrote for this request."""
 
 
-current: ContextVar[Mark | None] = ContextVar("labwarden_door", default=None)
+current: ContextVar[Mark | None] = ContextVar("labwarden_request_mark", default=None)
 
 
 def logged() -> None:
