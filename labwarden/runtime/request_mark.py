@@ -1,6 +1,7 @@
 """Did this request leave its transcript event? A per-request mark (not a door): the MCP
-server's door (server/door.py) asks it after every request, so a request that failed before reaching the runner -- an SDK validation
-error, an unknown method -- is logged there instead, and nothing is logged twice.
+server's door (server/door.py) asks it after every request, so a request that failed before
+reaching the runner -- an SDK validation error, an unknown method -- is logged there instead,
+and nothing is logged twice.
 
 A per-request mark in a context variable: the door sets one, the runner ticks it whenever it
 writes a call's event. The mark is a mutable object, so a tick made in a task the request's
