@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labwarden.qlab import clock, envyaml
+from labwarden.qlab import clock, envyaml, profile_writer
 from labwarden.qlab.accel import Accel
 from labwarden.qlab.image import QlabImage
 from labwarden.qlab.paths import QlabLayout
@@ -68,3 +68,12 @@ def test_the_env_yaml_gives_qemu_the_clock(tmp_path: Path, monkeypatch: pytest.M
         assert f"-accel tcg,tb-size=256 {want} " in extra
         assert ("-icount" in extra) == (spec == "icount")
         assert f"clock {c.spec}" in layout.env_yaml.read_text().splitlines()[1]
+
+
+def test_the_traffic_variant_stays_on_real_time_and_the_profile_says_which_clock() -> None:
+    assert clock.for_accel(None, "tcg", traffic=True).kind == "realtime"
+    assert clock.for_accel("icount", "tcg", traffic=True).kind == "icount"  # asked for: given
+    note = profile_writer._clock_note(clock.parse("icount"))
+    assert "icount:shift=1,sleep=off" in note and "not of real seconds" in note
+    assert all(line.startswith("# ") for line in note.splitlines())  # TOML comments only
+    assert "moves with the host's load" in profile_writer._clock_note(clock.parse("realtime"))

@@ -77,10 +77,12 @@ def parse(spec: str) -> GuestClock:
     return clock
 
 
-def for_accel(spec: str | None, accel: Literal["kvm", "tcg"]) -> GuestClock:
-    """The clock a qlab runs on: `spec`, or the default for its accelerator (KVM has no icount)."""
+def for_accel(spec: str | None, accel: Literal["kvm", "tcg"], traffic: bool = False) -> GuestClock:
+    """The clock a qlab runs on: `spec`, or the default -- icount on TCG; realtime on KVM (no
+    icount there) and for the traffic variant, whose load is measured in real seconds on the host
+    (iperf3's Mbit/s in the host netns)."""
     if spec is None:
-        return parse(DEFAULT_SPEC if accel == "tcg" else "realtime")
+        return parse(DEFAULT_SPEC if accel == "tcg" and not traffic else "realtime")
     clock = parse(spec)
     if clock.kind == "icount" and accel == "kvm":
         raise ClockError("-icount needs TCG; this qlab runs on KVM",

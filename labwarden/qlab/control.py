@@ -146,7 +146,7 @@ def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "
        progress: Progress = lambda _m: None) -> QlabInfo:
     """`traffic_router`: the traffic variant (qlab/traffic.py): lan/wan NICs on taps bridged to the
     host netns lwlan/lwwan, the guest routing between them, and a profile with [load] iperf3.
-    `clock`: the guest's clock (clock.parse's forms); None is the accelerator's default.
+    `clock`: the guest's clock (clock.parse's forms); None is the default (clock.for_accel).
     `smp`: vCPUs; None is 1 on the icount clock (QEMU 7.2 hangs bringing up a second vCPU
     under -icount), else 2."""
     layout = QlabLayout.at(root)
@@ -167,7 +167,7 @@ def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "
         progress("choosing the accelerator")
         chosen = accel_mod.choose(img, accel)
         progress(f"{chosen.name}: {chosen.reason}")
-        guest_clock = clock_mod.for_accel(clock, chosen.name)
+        guest_clock = clock_mod.for_accel(clock, chosen.name, traffic=traffic_router)
         smp = smp or clock_mod.default_smp(guest_clock)
         clock_mod.check_smp(guest_clock, smp)
         t1 = time.monotonic()
@@ -213,7 +213,8 @@ def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "
                 raise _fail(layout, "the guest does not route lan -> wan: "
                             f"{quote(route.stdout + route.stderr)} (its /tmp/log/route.log says why)")
         profile_writer.write(layout, img, manifest,
-                             load_section=traffic.LOAD_SECTION if traffic_router else None)
+                             load_section=traffic.LOAD_SECTION if traffic_router else None,
+                             clock=guest_clock)
         state = BoardState.load(layout.data_dir)
         state.record_flash(manifest.build_id)  # flashed, not yet verified
         state.save(layout.data_dir)
