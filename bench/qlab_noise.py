@@ -141,7 +141,8 @@ def main() -> int:
                         yes.wait()
         finally:
             control.down(root)
-    table = Table("clock", "host", "window", "counter", "mean %", "sd pp", "sd / mean", "guest idle % (all vCPUs)",
+    table = Table("clock", "host", "window", "counter", "mean %", "sd pp", "sd / mean",
+                  "guest idle % (all vCPUs)",
                   "real s / window",
                   "host load avg before -> after",
                   title=f"qlab: stad CPU at {args.stations} stations, {args.windows} windows per "
