@@ -65,9 +65,9 @@ def test_boots_through_labgrid(qlab: Qlab) -> None:
     assert f"user,model=virtio-net-pci,mac=52:54:00:12:34:56,hostfwd=tcp:127.0.0.1:{port}-:22" in argv
     assert argv[argv.index("-accel") + 1].split(",")[0] == qlab.info.accel.name
     if qlab.info.accel.name == "tcg":  # the default clock: instructions, one vCPU (qlab/clock.py)
-        assert argv[argv.index("-icount") + 1] == "shift=1,sleep=off" and qlab.info.clock.kind == "icount"
+        assert argv[argv.index("-icount") + 1] == "shift=0,sleep=off" and qlab.info.clock.kind == "icount"
         assert argv[argv.index("-smp") + 1] == "1"
-        assert "# guest clock: icount:shift=1,sleep=off" in qlab.layout.lab_toml.read_text()
+        assert "# guest clock: icount:shift=0,sleep=off" in qlab.layout.lab_toml.read_text()
     assert any(a.endswith("root.ext4,readonly=on") for a in argv), "the shared base image is read-only"
     # the lab profile names the labgrid env, and its pinned key is the guest's dropbear key
     prof = LabProfile.from_file(qlab.layout.lab_toml)

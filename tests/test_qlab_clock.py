@@ -59,7 +59,7 @@ def test_the_env_yaml_gives_qemu_the_clock(tmp_path: Path, monkeypatch: pytest.M
     layout = QlabLayout.at(tmp_path / "q")
     layout.keys.mkdir(parents=True)
     tcg = Accel(name="tcg", cpu="max", reason="test")
-    for spec, want in (("icount", "-icount shift=1,sleep=off -smp 1"), ("realtime", "-smp 2")):
+    for spec, want in (("icount", "-icount shift=0,sleep=off -smp 1"), ("realtime", "-smp 2")):
         c = clock.parse(spec)
         guest = envyaml.GuestSpec(accel=tcg, clock=c, smp=clock.default_smp(c), ssh_port=2222)
         envyaml.write(layout, _image(tmp_path), guest)
@@ -74,6 +74,6 @@ def test_the_traffic_variant_stays_on_real_time_and_the_profile_says_which_clock
     assert clock.for_accel(None, "tcg", traffic=True).kind == "realtime"
     assert clock.for_accel("icount", "tcg", traffic=True).kind == "icount"  # asked for: given
     note = profile_writer._clock_note(clock.parse("icount"))
-    assert "icount:shift=1,sleep=off" in note and "not of real seconds" in note
+    assert "icount:shift=0,sleep=off" in note and "not of real seconds" in note
     assert all(line.startswith("# ") for line in note.splitlines())  # TOML comments only
     assert "moves with the host's load" in profile_writer._clock_note(clock.parse("realtime"))

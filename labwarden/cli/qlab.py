@@ -50,7 +50,7 @@ def qlab_up(
     accel: AccelOpt = "auto",
     memory: Annotated[str, typer.Option(help="guest memory (QEMU -m)")] = "512M",
     clock: Annotated[str | None, typer.Option(
-        help="the guest's clock: realtime, icount (2^2 ns per guest instruction, idle skipped: "
+        help="the guest's clock: realtime, icount (1 ns per guest instruction, idle skipped: "
         "CPU% independent of the host's load; one vCPU) or icount:shift=N|auto,sleep=on|off; "
         "default icount on TCG, realtime on KVM")] = None,
     smp: Annotated[int | None, typer.Option(

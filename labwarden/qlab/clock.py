@@ -23,7 +23,11 @@ from labwarden.core.errors import LabError
 
 DEFAULT_SPEC = "icount"
 """`qlab up`'s default on TCG (bench/qlab_noise.py: the windows' scatter on each clock)."""
-DEFAULT_SHIFT = 1
+DEFAULT_SHIFT = 0
+"""1 ns per instruction. At 114 stations stad is ~54% with the guest ~45% idle (bench/decision.py
+--lab-kind qlab: a 5% effect decided in 97% of draws). shift=1 boots ~2x faster but leaves stad at
+~77% and the one vCPU ~20% idle: a window with some other guest work (perf stat, an ssh session)
+saturates it, stamon's polls overrun their 1 s cadence, and the window reads ~22% low."""
 
 
 class ClockError(LabError):
@@ -56,7 +60,7 @@ _ICOUNT = re.compile(r"^icount(?::(?P<opts>.*))?$")
 
 
 def parse(spec: str) -> GuestClock:
-    """`realtime`, `icount` (shift 2, sleep off) or `icount:shift=N|auto,sleep=on|off`."""
+    """`realtime`, `icount` (shift DEFAULT_SHIFT, sleep off) or `icount:shift=N|auto,sleep=on|off`."""
     text = spec.strip().lower()
     if text == "realtime":
         return GuestClock(kind="realtime")
