@@ -9,7 +9,7 @@ Boot and association times per clock are printed too (icount makes TCG single-th
 Target: sd/mean <= 2% quiet, <= 3% with the `yes`.
 
     .venv/bin/python bench/qlab_noise.py [--configs realtime@2 icount@1] [--windows 8]
-        [--window 4 10] [--stations 114] [--passes quiet yes]
+        [--window 4 10] [--stations 114] [--settle 5] [--passes quiet yes]
 """
 
 from __future__ import annotations
@@ -33,9 +33,12 @@ from labwarden.qlab.paths import QlabLayout
 
 QUIET_MAX, LOADED_MAX = 2.0, 3.0
 
-# $1 windows, $2 seconds each: n+1 samples "S uptime schedstat-ns guest-idle-ticks stat-after-')'"
+# $1 windows, $2 seconds each, after $3 seconds of settling (the stations' first syncs, as the
+# profile's settle_s keeps them out of a measurement's windows): n+1 samples
+# "S uptime schedstat-ns guest-idle-ticks stat-after-')'"
 WINDOWS_SH = r"""
 pid=$(cat /run/stad.pid); n=$1; w=$2; i=0
+sleep "$3"
 while :; do
   read -r up _ < /proc/uptime
   read -r st < "/proc/$pid/stat"
@@ -65,13 +68,14 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def windows(ep: object, clock: str, load: str, n: int, w: float, clk_tck: int) -> Pass:
+def windows(ep: object, clock: str, load: str, n: int, w: float, clk_tck: int,
+            settle: float) -> Pass:
     p = Pass(clock, load, w)
     before = loadavg()
     t0 = time.monotonic()
-    res = guestssh.run_sync(ep, ["sh", "-c", WINDOWS_SH, "noise", str(n), str(w)],  # type: ignore[arg-type]
+    res = guestssh.run_sync(ep, ["sh", "-c", WINDOWS_SH, "noise", str(n), str(w), str(settle)],  # type: ignore[arg-type]
                             timeout=n * w * 20 + 120)
-    p.real_s = (time.monotonic() - t0) / n
+    p.real_s = (time.monotonic() - t0) / (n + settle / w)
     p.loadavg = (before, loadavg())
     if not res.ok:
         raise RuntimeError(f"the window script failed: {res.stderr[-300:]}")
@@ -104,6 +108,8 @@ def main() -> int:
     ap.add_argument("--window", type=float, nargs="+", default=[4.0, 10.0],
                     help="guest seconds per window (each length is a pass of its own)")
     ap.add_argument("--stations", type=int, default=114)
+    ap.add_argument("--settle", type=float, default=5.0,
+                    help="guest seconds before each pass's first window")
     args = ap.parse_args()
     console = Console(width=200)
     passes: list[Pass] = []
@@ -129,7 +135,7 @@ def main() -> int:
                     if yes is not None:
                         time.sleep(2)
                     for w in args.window:
-                        passes.append(windows(ep, name, load, args.windows, w, clk))
+                        passes.append(windows(ep, name, load, args.windows, w, clk, args.settle))
                         p = passes[-1]
                         console.print(f"{p.clock} {p.load} {w:g} s: ticks "
                                       f"{' '.join(f'{x:.2f}' for x in p.ticks)}; "
