@@ -52,7 +52,7 @@ def qlab_up(
     clock: Annotated[str | None, typer.Option(
         help="the guest's clock: realtime, icount (1 ns per guest instruction, idle skipped: "
         "CPU% independent of the host's load; one vCPU) or icount:shift=N|auto,sleep=on|off; "
-        "default icount on TCG, realtime on KVM")] = None,
+        "default icount on TCG, realtime on KVM and with --traffic")] = None,
     smp: Annotated[int | None, typer.Option(
         help="guest vCPUs (default 1 on the icount clock, 2 on realtime)")] = None,
     port: Annotated[int, typer.Option(help="ssh port on 127.0.0.1 (0 = a free one)")] = 0,
