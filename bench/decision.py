@@ -1,10 +1,16 @@
-"""Error rates of the decision rule (the lab profile's [decision]) on the vlab: one image recorded
+"""Error rates of the decision rule (the lab profile's [decision]) on any lab: one image recorded
 for a long run at the densest point; >= 200 A/A comparisons drawn from it by resampling windows
 (the adaptive schedule, without replacement); the same with B scaled by a 5% and a 10% effect
 (windows needed to decide); and live A/A comparisons -- HEAD against HEAD plus a comment, so two
 images with the same code, flashed alternately as the experiment tool does.
 
     .venv/bin/python bench/decision.py [--windows 60] [--draws 2000] [--live 10]
+        [--lab-kind vlab|qlab [--clock CLOCK] | --lab PROFILE]
+
+--lab-kind brings a vlab or a qlab up for the run (and down after; the qlab's flash budget is
+lifted for this run only: the live part flashes twice per comparison); --lab calibrates the rule
+on a lab of your own, through its profile as it stands (nothing is brought up or down, its
+budgets hold).
 
 Targets: false "improved" <= 1% (the rule bounds it by alpha/2); every live A/A decided "same"
 or left "unknown", never "improved".
@@ -30,10 +36,11 @@ from labwarden.core.measurements import MeasurementRecord
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
 from labwarden.lab.drivers import load as load_drivers
+from labwarden.qlab import control as qlab_control
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from labwarden.tools import abtest
-from labwarden.vlab import control
+from labwarden.vlab import control as vlab_control
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.patching import NO_OP, change  # the same diff the acceptance test writes
@@ -52,9 +59,8 @@ def adaptive(pool: list[float], rule: DecisionRule, rng: random.Random, effect: 
         n = next_windows(n, rule)
 
 
-async def record(lab: Path, windows: int) -> tuple[list[float], LabProfile]:
+async def record(profile: LabProfile, windows: int) -> tuple[list[float], LabProfile]:
     """The long recording: one image, the densest point, the rule's window length."""
-    profile = LabProfile.from_file(lab)
     dec = profile.decision
     async with open_lab(profile, client="bench") as ctx:
         verify = {"build_id": profile.build.baseline}
@@ -73,8 +79,7 @@ async def record(lab: Path, windows: int) -> tuple[list[float], LabProfile]:
         return values, profile
 
 
-async def live(lab: Path, n: int) -> tuple[list[Judgement], list[int], float]:
-    profile = LabProfile.from_file(lab)
+async def live(profile: LabProfile, n: int) -> tuple[list[Judgement], list[int], float]:
     dec = profile.decision
     looks: list[Judgement] = []
     flashes: list[int] = []
@@ -104,21 +109,41 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=2000, help="resampled comparisons per case (>= 200)")
     ap.add_argument("--live", type=int, default=10, help="live A/A comparisons")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--lab-kind", choices=["vlab", "qlab"], default="vlab",
+                    help="the lab brought up for the run")
+    ap.add_argument("--clock", default=None, help="qlab: the guest clock (`qlab up --clock`)")
+    ap.add_argument("--lab", type=Path, default=None,
+                    help="a lab profile of your own instead (nothing brought up or down)")
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="lw-decision-")) / "vlab"
+    root = Path(tempfile.mkdtemp(prefix="lw-decision-")) / args.lab_kind
     console = Console(width=130)
+    if args.lab is not None:
+        run(console, LabProfile.from_file(args.lab), args)
+        return
     try:
-        control.up(root)
-        t0 = time.monotonic()
-        pool, profile = asyncio.run(record(root / "lab.toml", args.windows))
-        # the resampled part is printed before the live one starts: a long live part that is cut
-        # short must not take the recording's figures with it
-        resampled(console, pool, profile, args.draws, args.seed, time.monotonic() - t0)
-        if args.live:
-            lives, flashes, live_s = asyncio.run(live(root / "lab.toml", args.live))
-            report_live(console, lives, flashes, live_s)
+        if args.lab_kind == "qlab":
+            info = qlab_control.up(root, clock=args.clock)
+            console.print(f"qlab: {info.accel.name}, clock {info.clock.spec}; up in "
+                          f"{info.timings['total']:.0f} s")
+        else:
+            vlab_control.up(root)
+        profile = LabProfile.from_file(root / "lab.toml")
+        if args.lab_kind == "qlab":  # this run only: every live comparison flashes twice
+            profile.policy.budgets.flashes_per_hour = None
+        run(console, profile, args)
     finally:
-        control.down(root)
+        (qlab_control if args.lab_kind == "qlab" else vlab_control).down(root)
+
+
+def run(console: Console, profile: LabProfile, args: argparse.Namespace) -> None:
+    t0 = time.monotonic()
+    pool, profile = asyncio.run(record(profile, args.windows))
+    # the resampled part is printed before the live one starts: a long live part that is cut
+    # short must not take the recording's figures with it
+    resampled(console, pool, profile, args.draws, args.seed, time.monotonic() - t0)
+    if args.live:
+        lives, flashes, live_s = asyncio.run(live(profile, args.live))
+        report_live(console, lives, flashes, live_s)
 
 
 def resampled(console: Console, pool: list[float], profile: LabProfile, draws: int, seed: int,

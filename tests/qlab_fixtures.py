@@ -43,13 +43,21 @@ def guest_image() -> image.QlabImage:
         raise
 
 
+TEST_CLOCK = "realtime"
+"""The clock the suite's qlabs boot on. The tests check functions, not noise, and the real-time
+clock boots in ~20 s with 2 vCPUs where the default icount clock of TCG takes ~48 s on one
+(bench/qlab_noise.py measures both): `make test` has no room for the difference. The default
+clock's QEMU arguments are checked without a boot (tests/test_qlab_clock.py, QEMU itself
+accepting them included); bench/qlab_noise.py and `labwarden demo --lab-kind qlab` boot on it."""
+
+
 @contextmanager
 def running_qlab(root: Path, traffic_router: bool = False) -> Iterator[Qlab]:
     """`traffic_router`: the traffic variant (host netns lwlan/lwwan, [load] iperf3)."""
     guest_image()
     layout = QlabLayout.at(root)
     try:
-        info = control.up(root, traffic_router=traffic_router)
+        info = control.up(root, traffic_router=traffic_router, clock=TEST_CLOCK)
         yield Qlab(layout, info, control.endpoint(layout))
     finally:
         control.down(root)

@@ -64,6 +64,11 @@ def test_boots_through_labgrid(qlab: Qlab) -> None:
     port = qlab.endpoint.port
     assert f"user,model=virtio-net-pci,mac=52:54:00:12:34:56,hostfwd=tcp:127.0.0.1:{port}-:22" in argv
     assert argv[argv.index("-accel") + 1].split(",")[0] == qlab.info.accel.name
+    # the suite's qlabs run on the real-time clock (tests/qlab_fixtures.TEST_CLOCK): no -icount,
+    # two vCPUs, and the profile says so (the default clock's arguments: tests/test_qlab_clock.py)
+    assert "-icount" not in argv and argv[argv.index("-smp") + 1] == "2"
+    assert qlab.info.clock.kind == "realtime"
+    assert "# guest clock: realtime" in qlab.layout.lab_toml.read_text()
     assert any(a.endswith("root.ext4,readonly=on") for a in argv), "the shared base image is read-only"
     # the lab profile names the labgrid env, and its pinned key is the guest's dropbear key
     prof = LabProfile.from_file(qlab.layout.lab_toml)

@@ -26,7 +26,7 @@ from labwarden.lab.config import LabProfile
 from labwarden.qlab import envyaml, procs, strategy
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
-from tests.qlab_fixtures import Qlab, running_qlab
+from tests.qlab_fixtures import TEST_CLOCK, Qlab, running_qlab
 
 pytestmark = [pytest.mark.timeout(1500)]
 runner = CliRunner()
@@ -102,7 +102,7 @@ def test_a_power_cut_mid_flash_leaves_the_board_unknown_and_recovery_brings_it_b
     assert "unknown" in health.output and f"flash of {target} failed" in health.output, health.output
     # the documented recovery
     assert runner.invoke(app, ["qlab", "down", "--dir", str(root)]).exit_code == 0
-    up = runner.invoke(app, ["qlab", "up", "--dir", str(root)])
+    up = runner.invoke(app, ["qlab", "up", "--dir", str(root), "--clock", TEST_CLOCK])
     assert up.exit_code == 0, up.output
     prof = LabProfile.from_file(lab)
     assert BoardState.load(prof.data_dir()).board_health == "unknown"  # up is not a health check

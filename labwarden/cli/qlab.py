@@ -50,7 +50,12 @@ def qlab_up(
     dir: DirOpt = DEFAULT_QLAB_DIR,
     accel: AccelOpt = "auto",
     memory: Annotated[str, typer.Option(help="guest memory (QEMU -m)")] = "512M",
-    smp: Annotated[int, typer.Option(help="guest vCPUs")] = 2,
+    clock: Annotated[str | None, typer.Option(
+        help="the guest's clock: realtime, icount (1 ns per guest instruction, idle skipped: "
+        "CPU% independent of the host's load; one vCPU) or icount:shift=N|auto,sleep=on|off; "
+        "default icount on TCG, realtime on KVM and with --traffic")] = None,
+    smp: Annotated[int | None, typer.Option(
+        help="guest vCPUs (default 1 on the icount clock, 2 on realtime)")] = None,
     port: PortOpt = 0,
     patch: PatchOpt = None,
     traffic: Annotated[bool, typer.Option(
@@ -65,7 +70,8 @@ def qlab_up(
     mode = cast(Literal["auto", "kvm", "tcg"], accel)  # checked just above
     try:
         with err.status("qlab up") as st:
-            info = control.up(dir, accel=mode, memory=memory, smp=smp, port=port, patches=patch or [],
+            info = control.up(dir, accel=mode, clock=clock, memory=memory, smp=smp, port=port,
+                              patches=patch or [],
                               traffic_router=traffic,
                               progress=lambda m: st.update(f"qlab up: {escape(m)}"))
     except LabError as exc:
@@ -73,7 +79,7 @@ def qlab_up(
     show_up("qlab", dir, [
         ("state dir", info.root),
         ("guest", f"kernel {info.kernel}, image {info.image}, {info.accel.name} "
-                  f"({info.accel.reason})"),
+                  f"({info.accel.reason}); clock {info.clock.spec}"),
         ("ssh", f"{info.ssh} (user root; dropbear, host key pinned in the profile)"),
         ("labgrid env", info.env_yaml),
         ("lab profile", info.lab_toml),

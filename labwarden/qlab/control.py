@@ -32,6 +32,7 @@ from labwarden.core.errors import LabError
 from labwarden.lab.dut.endpoint import SshEndpoint
 from labwarden.lab.statedir import torn_down_on_failure
 from labwarden.qlab import accel as accel_mod
+from labwarden.qlab import clock as clock_mod
 from labwarden.qlab import envyaml, firmware, guestssh, image, procs, profile_writer, traffic
 from labwarden.qlab.layout import QlabLayout
 
@@ -54,6 +55,7 @@ class QlabInfo(BaseModel):
     image: str = Field(description="image key (image-KEY in the cache)")
     kernel: str
     accel: accel_mod.Accel
+    clock: clock_mod.GuestClock
     build_id: str
     boot_id: str
     timings: dict[str, float] = Field(description="seconds: image, firmware, boot, wifi, total")
@@ -138,11 +140,15 @@ def _wait_state(layout: QlabLayout, daemon: subprocess.Popen[bytes] | None, want
 
 
 def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "auto",
-       memory: str = "512M", smp: int = 2, port: int = 0, patches: list[str] | None = None,
+       clock: str | None = None, memory: str = "512M", smp: int | None = None, port: int = 0,
+       patches: list[str] | None = None,
        extra_nics: list[envyaml.Nic] | None = None, traffic_router: bool = False,
        progress: Progress = lambda _m: None) -> QlabInfo:
     """`traffic_router`: the traffic variant (qlab/traffic.py): lan/wan NICs on taps bridged to the
-    host netns lwlan/lwwan, the guest routing between them, and a profile with [load] iperf3."""
+    host netns lwlan/lwwan, the guest routing between them, and a profile with [load] iperf3.
+    `clock`: the guest's clock (clock.parse's forms); None is the default (clock.for_accel).
+    `smp`: vCPUs; None is 1 on the icount clock (QEMU 7.2 hangs bringing up a second vCPU
+    under -icount), else 2."""
     layout = QlabLayout.at(root)
     t0 = time.monotonic()
     running = procs.daemon_pid(layout)
@@ -161,6 +167,9 @@ def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "
         progress("choosing the accelerator")
         chosen = accel_mod.choose(img, accel)
         progress(f"{chosen.name}: {chosen.reason}")
+        guest_clock = clock_mod.for_accel(clock, chosen.name, traffic=traffic_router)
+        smp = smp or clock_mod.default_smp(guest_clock)
+        clock_mod.check_smp(guest_clock, smp)
         t1 = time.monotonic()
         progress("building the firmware (nl80211 HAL)")
         firmware.init_repo(layout)
@@ -176,10 +185,12 @@ def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "
             progress(f"traffic: host netns {', '.join(s.netns for s in traffic.SIDES)} and taps")
             traffic.host_up(layout)
             nics += traffic.nics()
-        spec = envyaml.GuestSpec(memory=memory, smp=smp, accel=chosen, ssh_port=port,
+        spec = envyaml.GuestSpec(memory=memory, smp=smp, accel=chosen, clock=guest_clock,
+                                 ssh_port=port,
                                  extra_nics=nics)
         envyaml.write(layout, img, spec)
-        progress(f"booting ({chosen.name}, {memory}, {smp} vCPUs) through labgrid")
+        progress(f"booting ({chosen.name}, clock {guest_clock.spec}, {memory}, {smp} vCPUs) "
+                 "through labgrid")
         t2 = time.monotonic()
         out = layout.daemon_log.with_suffix(".out").open("ab")
         daemon = subprocess.Popen([sys.executable, "-m", "labwarden.qlab.daemon", str(layout.root)],
@@ -202,12 +213,14 @@ def up(root: str | os.PathLike[str], *, accel: Literal["auto", "kvm", "tcg"] = "
                 raise _fail(layout, "the guest does not route lan -> wan: "
                             f"{quote(route.stdout + route.stderr)} (its /tmp/log/route.log says why)")
         profile_writer.write(layout, img, manifest,
-                             load_section=traffic.LOAD_SECTION if traffic_router else None)
+                             load_section=traffic.LOAD_SECTION if traffic_router else None,
+                             clock=guest_clock)
         layout.record_first_flash(manifest.build_id)
     timings["total"] = round(time.monotonic() - t0, 2)
     return QlabInfo(root=str(layout.root), ssh=f"127.0.0.1:{port}", lab_toml=str(layout.lab_toml),
                     env_yaml=str(layout.env_yaml), image=img.key, kernel=img.kernel_version,
-                    accel=chosen, build_id=manifest.build_id, boot_id=str(st.get("boot_id")),
+                    accel=chosen, clock=guest_clock, build_id=manifest.build_id,
+                    boot_id=str(st.get("boot_id")),
                     timings=timings)
 
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
 from labwarden.qlab.accel import Accel, qemu_binary
+from labwarden.qlab.clock import GuestClock
 from labwarden.qlab.image import QlabImage
 from labwarden.qlab.layout import QlabLayout
 
@@ -43,17 +44,19 @@ class Nic(BaseModel):
 
 
 class GuestSpec(BaseModel):
-    """What the guest is given: memory, CPUs, accelerator, the ssh port, more NICs."""
+    """What the guest is given: memory, CPUs, accelerator, clock, the ssh port, more NICs."""
 
     memory: str = Field("512M", description="QEMU -m")
     smp: int = Field(2, ge=1, le=8)
     accel: Accel
+    clock: GuestClock = Field(default_factory=lambda: GuestClock(kind="realtime"))
     ssh_port: int = Field(ge=1, le=65535)
     extra_nics: list[Nic] = Field(default_factory=list)
 
 
 def qemu_extra_args(layout: QlabLayout, image: QlabImage, spec: GuestSpec) -> list[str]:
-    args = [*spec.accel.qemu_args(), "-smp", str(spec.smp), "-nodefaults", "-no-user-config",
+    args = [*spec.accel.qemu_args(), *spec.clock.qemu_args(), "-smp", str(spec.smp),
+            "-nodefaults", "-no-user-config",
             "-initrd", image.initrd,
             "-serial", f"file:{layout.console_log}",  # ttyS0; the driver's socket becomes ttyS1
             "-drive", f"if=none,id=flash,format=raw,file={layout.flash_disk}",
@@ -125,7 +128,7 @@ def write(layout: QlabLayout, image: QlabImage, spec: GuestSpec) -> None:
     _pinned_ssh(layout)
     header = (f"# labgrid environment of the qlab in {layout.root}, written by `labwarden qlab up`\n"
               f"# image {image.key} (kernel {image.kernel_version}); {spec.accel.name}: "
-              f"{spec.accel.reason}\n")
+              f"{spec.accel.reason}; clock {spec.clock.spec}\n")
     text = yaml.safe_dump(env_config(layout, image, spec), sort_keys=False, width=200)
     layout.env_yaml.write_text(header + "# the daemon's (qlabd holds the QEMUDriver); labwarden loads "
                                f"{layout.client_env_yaml.name}\n" + text)

@@ -17,6 +17,7 @@ import re
 
 from labwarden.lab.host.builder import BuildManifest
 from labwarden.qlab import firmware
+from labwarden.qlab.clock import GuestClock
 from labwarden.qlab.image import QlabImage, guest_dir
 from labwarden.qlab.layout import QlabLayout
 from labwarden.vlab.firmware import DEPLOY
@@ -34,13 +35,23 @@ _TRAFFIC_DRIVES = "load_drives_cpu = false                # the load is forwarde
     "does not follow the streams (cpu_monotonic is n/a)"
 
 
+def _clock_note(clock: GuestClock | None) -> str:
+    if clock is None or clock.kind == "realtime":
+        return ("# guest clock: realtime (QEMU's default): a guest second is a host second, so CPU% "
+                "moves with the host's load")
+    return (f"# guest clock: {clock.spec} (`qlab up --clock`): a guest second is 2^shift ns per "
+            "instruction executed plus\n# idle skipped to the next timer; CPU% is a share of the "
+            "guest's instructions, not of real seconds,\n# and does not move with the host's load")
+
+
 def write(layout: QlabLayout, image: QlabImage, manifest: BuildManifest,
-          load_section: str | None = None) -> None:
+          load_section: str | None = None, clock: GuestClock | None = None) -> None:
     """`load_section` replaces [load] and drops [readers] (the traffic variant: its load is
-    traffic, not clients the firmware counts)."""
+    traffic, not clients the firmware counts). `clock`: the guest's, noted in the header."""
     text = f"""# labwarden lab profile for the qlab in {layout.root}
 # Written by `labwarden qlab up`: a Debian kernel under QEMU (labgrid target {layout.env_yaml}),
 # mac80211_hwsim radios, hostapd APs, wpa_supplicant clients; a real lab differs only in this file.
+{_clock_note(clock)}
 
 {lab_section("qlab", "real", layout.data_dir)}
 [dut]
