@@ -191,9 +191,9 @@ class Commands:
     async def _reopened(self, exc: Exception) -> asyncssh.SSHClientConnection:
         """A new connection in place of one found closed when a session was asked for on it:
         closed between `ensure()` and the open, so nothing of this request reached the DUT. One
-        server does this unasked: dropbear 2022.83-2024.85 (Debian 12's; OpenWrt ships it too)
-        exits on a failed assertion when a session opens as another one's process exits
-        (mkj/dropbear#321, fixed in 2024.86), taking every session of the connection with it.
+        server does this unasked: dropbear from 2022.83 (Debian 12's) until its fix of October
+        2024 (mkj/dropbear#321, PR #326) exits on a failed assertion when a session opens as
+        another one's process exits, taking every session of the connection with it.
         Only once per request: a second dead connection is the DUT going away."""
         log.warning("the connection to %s closed under a new session (%s); reconnecting",
                     self.addr, exc)
