@@ -43,17 +43,16 @@ class GuestClock(BaseModel):
     sleep: bool = Field(False, description="icount: an idle vCPU waits in real time (on) or "
                         "jumps to its next timer (off)")
 
+    def _icount_options(self) -> str:
+        return f"shift={self.shift},sleep={'on' if self.sleep else 'off'}"
+
     def qemu_args(self) -> list[str]:
-        if self.kind == "realtime":
-            return []
-        return ["-icount", f"shift={self.shift},sleep={'on' if self.sleep else 'off'}"]
+        return [] if self.kind == "realtime" else ["-icount", self._icount_options()]
 
     @property
     def spec(self) -> str:
         """The form `parse` reads back (and `qlab up --clock` takes)."""
-        if self.kind == "realtime":
-            return "realtime"
-        return f"icount:shift={self.shift},sleep={'on' if self.sleep else 'off'}"
+        return "realtime" if self.kind == "realtime" else f"icount:{self._icount_options()}"
 
 
 _ICOUNT = re.compile(r"^icount(?::(?P<opts>.*))?$")
