@@ -319,3 +319,4 @@ def test_vlab_up_places_2_then_down(tmp_path: Path) -> None:
     for place_dir in record["places"].values():
         assert procs.processes_under(Path(place_dir)) == []
     assert all(pin is not None and (pin.cgroup is None or not pin.cgroup.exists()) for pin in pins)
+

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from labwarden.lab import hub
-from labwarden.lab.fleetdir import FleetDir, FleetRecord, cpus_for, env_yaml, place_names
+from labwarden.lab.fleetdir import FleetDir, FleetProfile, FleetRecord, cpus_for, env_yaml, place_names
 from labwarden.vlab import control, firmware, profile_writer
 from labwarden.vlab.layout import VlabLayout
 
@@ -61,7 +61,7 @@ def up(root: str | Path, places: int, patches: list[str] | None = None,
         fleet.env_yaml.write_text(env_yaml(names[0], first.client_key))
         manifest, _cached = firmware.build(first, patches)
         profile_writer.write(first, int(vlabs[names[0]].ssh.rsplit(":", 1)[1]), manifest,
-                             fleet=profile_writer.FleetProfile(
+                             fleet=FleetProfile(
                                  dest=fleet.lab_toml, env_yaml=fleet.env_yaml,
                                  coordinator=hub_info.coordinator,
                                  places=names, place_profiles={n: v.lab_toml for n, v in vlabs.items()},
