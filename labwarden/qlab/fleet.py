@@ -48,6 +48,9 @@ def up(root: str | Path, places: int, *, accel: Literal["auto", "kvm", "tcg"] = 
         raise control.QlabError(f"a fleet is already up in {fleet.root}",
                                 f"use it (lab profile {fleet.lab_toml}), or `labwarden qlab down --dir "
                                 f"{fleet.root}` first")
+    if fleet.lab_toml.exists():
+        raise control.QlabError(f"{fleet.root} holds a lab already ({fleet.lab_toml}): a fleet needs "
+                                "a directory of its own", "pick another --dir")
     names = place_names("qlab", places)
     fleet.root.mkdir(parents=True, exist_ok=True)
     qlabs: dict[str, control.QlabInfo] = {}

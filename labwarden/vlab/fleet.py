@@ -40,6 +40,9 @@ def up(root: str | Path, places: int, patches: list[str] | None = None,
                                 f"use it (lab profile {fleet.lab_toml}), or `labwarden vlab down --dir "
                                 f"{fleet.root}` first")
     cpus = cpus_for(places)
+    if fleet.lab_toml.exists():
+        raise control.VlabError(f"{fleet.root} holds a lab already ({fleet.lab_toml}): a fleet needs "
+                                "a directory of its own", "pick another --dir")
     names = place_names("vlab", places)
     fleet.root.mkdir(parents=True, exist_ok=True)
     vlabs: dict[str, control.VlabInfo] = {}
