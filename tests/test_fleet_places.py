@@ -186,13 +186,13 @@ RIVAL = textwrap.dedent("""
 
 
 def test_two_loops_never_share_a_place(tmp_path: Path, lab: hub.HubInfo) -> None:
-    """Loop A (here) and loop B (another process, its own Fleet) lease from a fleet of two places
-    for ~6 s, holding each lease 0.3 s, while a third client, `labgrid-client reserve --wait` plus
-    `acquire`, takes one place by name now and then. No two holding intervals on a place overlap,
-    everyone gets places, and the coordinator never shows a place held by someone else than the
-    lease that says it holds it."""
+    """Loop A (here) and loop B (another process, its own Fleet, started first) lease from a fleet
+    of two places for a few seconds, holding each lease 0.3 s, while a third client,
+    `labgrid-client reserve --wait` plus `acquire`, takes one place by name now and then. No two
+    holding intervals on a place overlap, everyone gets places, and the coordinator never shows a
+    place held by someone else than the lease that says it holds it."""
     cfg = _cfg(tmp_path, lab, places=["vlab-0", "vlab-1"])
-    until = time.time() + 6
+    until = time.time() + 7
     log_b = tmp_path / "b.jsonl"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     rival = subprocess.Popen([sys.executable, "-c", RIVAL, cfg.model_dump_json(), str(until), str(log_b)],
@@ -231,6 +231,10 @@ def test_two_loops_never_share_a_place(tmp_path: Path, lab: hub.HubInfo) -> None
         await asyncio.gather(loop_a(), loop_c())
 
     try:
+        for _ in range(300):  # B (a Python process importing labgrid) is leasing: A and C join it
+            if rival.poll() is not None or (log_b.exists() and log_b.read_text()):
+                break
+            time.sleep(0.05)
         asyncio.run(run())
         _, err = rival.communicate(timeout=60)
         assert rival.returncode == 0, err
@@ -320,3 +324,61 @@ def test_vlab_up_places_2_then_down(tmp_path: Path) -> None:
         assert procs.processes_under(Path(place_dir)) == []
     assert all(pin is not None and (pin.cgroup is None or not pin.cgroup.exists()) for pin in pins)
 
+
+
+async def _queued(lab: hub.HubInfo, owner: str) -> None:
+    """Until a reservation of `owner` (or of an owner ending so) waits on the coordinator."""
+    for _ in range(300):
+        if any(r.owner.endswith(owner) and r.state == 0 for r in _state(lab)[1]):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no waiting reservation of {owner}")
+
+
+def test_waiting_clients_queue_fairly(tmp_path: Path, lab: hub.HubInfo) -> None:
+    """With every place held, `labgrid-client reserve --wait name=vlab-0` queues first and a
+    fleet lease second: the freed vlab-0 goes to labgrid-client (the lease does not jump the
+    queue), the next freed place to the lease; a higher-priority lease is served first."""
+    cfg = _cfg(tmp_path, lab, place_match="vlab-*")
+    env = {**os.environ, "LG_USERNAME": "queued"}
+
+    def client(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([str(BIN / "labgrid-client"), "-x", lab.coordinator, *args], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    async def run() -> None:
+        leases = [await Fleet(cfg, user="a", host="h").lease() for _ in PLACES]
+        held = {lease.place: lease for lease in leases}
+        first = client("reserve", "--wait", "--shell", "name=vlab-0")
+        await _queued(lab, "/queued")  # before the lease below (labgrid-client takes ~0.5 s to start)
+        second = asyncio.create_task(Fleet(cfg, user="b", host="h").lease(timeout_s=20))
+        await _queued(lab, "h/b")
+        await held["vlab-0"].release()
+        out, err = await asyncio.to_thread(first.communicate, timeout=20)
+        assert first.returncode == 0, err
+        token = out.split("LG_TOKEN=")[1].split()[0]
+        await asyncio.sleep(1.0)  # the lease polls every 0.5 s
+        assert not second.done()  # vlab-0 is the queued client's, not the lease's
+        await held["vlab-2"].release()
+        got = await second
+        assert got.place == "vlab-2"
+        # priorities: with vlab-2 held by b, a low and then a high lease wait; vlab-1 goes to high
+        low = asyncio.create_task(Fleet(cfg, user="low", host="h").lease(timeout_s=20))
+        await _queued(lab, "h/low")
+        high = asyncio.create_task(Fleet(cfg, user="high", host="h").lease(timeout_s=20, prio=1.0))
+        await _queued(lab, "h/high")
+        await held["vlab-1"].release()
+        top = await high
+        assert top.place == "vlab-1" and not low.done()
+        await got.release()
+        bottom = await low
+        assert bottom.place == "vlab-2"
+        for lease in (top, bottom):
+            await lease.release()
+        await asyncio.to_thread(subprocess.run, [str(BIN / "labgrid-client"), "-x", lab.coordinator,
+                                                 "cancel-reservation", token], env=env, check=True,
+                                capture_output=True, timeout=30)
+
+    asyncio.run(run())
+    holders, reservations = _state(lab)
+    assert not any(holders.values()) and reservations == []

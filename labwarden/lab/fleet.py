@@ -83,15 +83,18 @@ class Fleet:
         return names
 
     async def lease(self, *, exclude: Collection[str] = (), prefer: str | None = None,
-                    timeout_s: float | None = None, keepalive_s: float = KEEPALIVE_S) -> PlaceLease:
+                    timeout_s: float | None = None, prio: float = 0.0,
+                    keepalive_s: float = KEEPALIVE_S) -> PlaceLease:
         """Wait for a free matching place not in `exclude` (`prefer` first if it is free too),
         acquire it and return the held lease, its reservation polled every `keepalive_s` until
-        `release()`. NoPlace if none matches or none became free within `timeout_s`."""
+        `release()`. Waiting reservations are served by `prio` (higher first), then age, as
+        labgrid's scheduler orders them. NoPlace if none matches or none became free within
+        `timeout_s`."""
         stop = threading.Event()
         pool = ThreadPoolExecutor(1, thread_name_prefix=f"labgrid-fleet-{self.cfg.target}")
         future = pool.submit(in_session, self.coordinator, self.user, self.host,
                              lambda session: self._reserve_and_acquire(
-                                 session, set(exclude), prefer, timeout_s, stop))
+                                 session, set(exclude), prefer, timeout_s, prio, stop))
         try:
             lease = await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -143,7 +146,7 @@ class Fleet:
         return found
 
     def _reserve_and_acquire(self, session: Any, exclude: set[str], prefer: str | None,
-                             timeout_s: float | None, stop: threading.Event) -> PlaceLease:
+                             timeout_s: float | None, prio: float, stop: threading.Event) -> PlaceLease:
         import grpc
         from labgrid.remote.common import ReservationState
         from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
@@ -162,7 +165,7 @@ class Fleet:
         try:
             for name in candidates:
                 request = pb2.CreateReservationRequest(
-                    filters={"main": pb2.Reservation.Filter(filter={"name": name})}, prio=0.0)
+                    filters={"main": pb2.Reservation.Filter(filter={"name": name})}, prio=prio)
                 try:
                     response = loop.run_until_complete(session.stub.CreateReservation(request))
                 except grpc.aio.AioRpcError as exc:
