@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -128,6 +129,13 @@ def test_waiting_lease_gets_the_first_freed_place(tmp_path: Path, lab: hub.HubIn
 
     async def run() -> None:
         held = [await Fleet(cfg, user="a", host="h").lease() for _ in PLACES]
+        # a waiting lease that is cancelled takes its reservations with it
+        gone = asyncio.create_task(Fleet(cfg, user="c", host="h").lease())
+        await _queued(lab, "h/c")
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        assert not any(r.owner == "h/c" for r in _state(lab)[1])
         waiter = asyncio.create_task(Fleet(cfg, user="b", host="h").lease(timeout_s=20))
         await asyncio.sleep(1.5)
         assert not waiter.done()
@@ -382,3 +390,40 @@ def test_waiting_clients_queue_fairly(tmp_path: Path, lab: hub.HubInfo) -> None:
     asyncio.run(run())
     holders, reservations = _state(lab)
     assert not any(holders.values()) and reservations == []
+
+
+def test_cpu_pins_by_cpuset_and_by_affinity() -> None:
+    """A pin holds a process and what it forks to its CPU: by the cpuset where the host has a
+    writable cpuset v1 (removed again, refused while a process is in it), else by affinity."""
+    from labwarden.lab.host import cpupin
+
+    cpu = cpupin.host_cpus()[-1]
+    for pin in (cpupin.pin_for("test-" + str(os.getpid()), cpu), cpupin.Pin(cpu, None)):
+        proc = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], preexec_fn=pin.preexec())
+        children: list[int] = []
+        try:
+            for _ in range(100):
+                listed = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text()
+                children = [int(p) for p in listed.split()]
+                if children:
+                    break
+                time.sleep(0.02)
+            assert children
+            for pid in [proc.pid, *children]:
+                status = Path(f"/proc/{pid}/status").read_text()
+                assert f"Cpus_allowed_list:\t{cpu}\n" in status, (pin, pid)
+            if pin.cgroup is not None:
+                assert proc.pid in pin.tasks() and len(pin.tasks()) == 2
+                with pytest.raises(cpupin.PinError, match="still run in"):
+                    cpupin.unpin(pin)
+        finally:
+            for pid in children:
+                os.kill(pid, signal.SIGKILL)
+            proc.kill()
+            proc.wait()
+            for _ in range(100):  # the killed sleep leaves the cpuset once init reaps it
+                if not pin.tasks():
+                    break
+                time.sleep(0.02)
+        cpupin.unpin(pin)
+        assert pin.cgroup is None or not pin.cgroup.exists()
