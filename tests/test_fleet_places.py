@@ -322,9 +322,13 @@ def test_vlab_up_places_2_then_down(tmp_path: Path) -> None:
         assert all(pin is not None and pin.tasks() for pin in pins)  # the DUTs run in their cpusets
         hub_pids = json.loads((dir / "labgrid" / "hub.json").read_text())["pids"]
         assert all(alive(pid) for pid in hub_pids.values())
+        status = json.loads(_cli("vlab", "status", "--json", "--dir", str(dir)).stdout)
+        assert status["up"] and status["coordinator"] == record["coordinator"]
+        assert sorted(status["places"]) == ["vlab-0", "vlab-1"]
     finally:
         down = _cli("vlab", "down", "--dir", str(dir))
     assert down.returncode == 0, down.stderr
+    assert _cli("vlab", "status", "--dir", str(dir)).returncode == 1  # nothing up there
     assert not any(alive(pid) for pid in hub_pids.values())
     assert not (dir / "labgrid").exists() and not (dir / "fleet.json").exists()  # places.yaml went too
     assert not hub._port_open(int(record["coordinator"].rsplit(":", 1)[1]))

@@ -76,6 +76,26 @@ def up(root: str | Path, places: int, patches: list[str] | None = None,
                      places=vlabs, notes=[n for v in vlabs.values() for n in v.notes])
 
 
+class FleetStatus(BaseModel):
+    root: str
+    up: bool = Field(description="the coordinator, the exporter and every DUT run")
+    coordinator: str
+    coordinator_up: bool
+    places: dict[str, control.VlabStatus]
+
+
+def status(root: str | Path) -> FleetStatus:
+    fleet = FleetDir.at(root)
+    record = fleet.record()
+    if record is None:
+        raise control.VlabError(f"no fleet in {fleet.root}",
+                                "`labwarden vlab up --places N --dir DIR` starts one")
+    places = {name: control.status(dir) for name, dir in record.places.items()}
+    hub_up = hub.running(fleet.hub)
+    return FleetStatus(root=str(fleet.root), up=hub_up and all(st.up for st in places.values()),
+                       coordinator=record.coordinator, coordinator_up=hub_up, places=places)
+
+
 def _prefixed(progress: Callable[[str], None], name: str, msg: str) -> None:
     progress(f"{name}: {msg}")
 
