@@ -321,6 +321,8 @@ def test_a_qlab_place_joins_the_fleet(qlab: Qlab, tmp_path: Path) -> None:
         place, boot_id = asyncio.run(boot_id_through_the_place())
         assert place == "qlab-0" and boot_id == control.status(qlab.root).boot_id
         hub_pids = json.loads((dir / "labgrid" / "hub.json").read_text())["pids"]
+        res = CliRunner().invoke(app, ["qlab", "status", "--json", "--dir", str(dir)])
+        assert res.exit_code == 0 and json.loads(res.output)["places"]["qlab-0"]["state"] == "shell"
     finally:
         qlab_fleet.down(dir, keep_qlabs=True)
     assert not any(alive(pid) for pid in hub_pids.values()) and not (dir / "labgrid").exists()

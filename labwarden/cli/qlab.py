@@ -114,7 +114,22 @@ def qlab_up(
 def qlab_status(dir: DirOpt = DEFAULT_QLAB_DIR,
                 guest: Annotated[bool, typer.Option("--guest", help="also ask the guest")] = False,
                 json_out: JsonOpt = False) -> None:
-    """Whether the qlab is up (its daemon, QEMU, the strategy's state, the boot_id)."""
+    """Whether the qlab is up (its daemon, QEMU, the strategy's state, the boot_id); for a fleet:
+    the coordinator and each place's qlab."""
+    if FleetDir.at(dir).is_fleet():
+        fst = fleet.status(dir)
+        if json_out:
+            out.print_json(fst.model_dump_json())
+        else:
+            table = Table("what", "value", show_header=False)
+            table.add_row("coordinator", f"{fst.coordinator} ({'up' if fst.coordinator_up else 'DOWN'})")
+            for name, pst in fst.places.items():
+                ssh = f", ssh {pst.ssh}" if pst.ssh else ""
+                table.add_row(f"place {name}", f"{pst.root}: {pst.state}{ssh}")
+            out.print(table)
+        if not fst.up:
+            raise typer.Exit(1)
+        return
     st = control.status(dir, ask_guest=guest)
     if json_out:
         out.print_json(st.model_dump_json())

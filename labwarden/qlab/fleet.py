@@ -32,6 +32,26 @@ class QlabFleetInfo(BaseModel):
     places: dict[str, control.QlabInfo] = Field(description="place -> its qlab")
 
 
+class QlabFleetStatus(BaseModel):
+    root: str
+    up: bool = Field(description="the coordinator, the exporter and every qlab run")
+    coordinator: str
+    coordinator_up: bool
+    places: dict[str, control.QlabStatus]
+
+
+def status(root: str | Path) -> QlabFleetStatus:
+    fleet = FleetDir.at(root)
+    record = fleet.record()
+    if record is None:
+        raise control.QlabError(f"no fleet in {fleet.root}",
+                                "`labwarden qlab up --places N --dir DIR` starts one")
+    places = {name: control.status(dir) for name, dir in record.places.items()}
+    hub_up = hub.running(fleet.hub)
+    return QlabFleetStatus(root=str(fleet.root), up=hub_up and all(st.up for st in places.values()),
+                           coordinator=record.coordinator, coordinator_up=hub_up, places=places)
+
+
 def _prefixed(progress: Callable[[str], None], name: str, msg: str) -> None:
     progress(f"{name}: {msg}")
 
