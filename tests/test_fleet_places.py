@@ -431,3 +431,38 @@ def test_cpu_pins_by_cpuset_and_by_affinity() -> None:
                 time.sleep(0.02)
         cpupin.unpin(pin)
         assert pin.cgroup is None or not pin.cgroup.exists()
+
+
+def test_a_place_without_its_resource_is_skipped(tmp_path: Path, lab: hub.HubInfo) -> None:
+    """A place whose match finds no exported resource (its exporter gone) is given back: the lease
+    takes another place; with no other place it fails naming the place and why."""
+    def coordinator(*requests: Any) -> None:
+        """Place requests in-process (`labgrid-client -p broken create` etc. take ~1 s each)."""
+        def send(session: Any) -> None:
+            for request in requests:
+                method = type(request).__name__.removesuffix("Request")
+                session.loop.run_until_complete(getattr(session.stub, method)(request))
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(in_session, lab.coordinator, "admin", "h", send).result()
+
+    from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
+
+    coordinator(pb2.AddPlaceRequest(name="broken"), pb2.AddPlaceMatchRequest(
+        placename="broken", pattern="gone-exporter/broken/NetworkService"))
+    try:
+        async def run() -> None:
+            fleet = Fleet(_cfg(tmp_path, lab, places=["broken", "vlab-1"]), user="a", host="h")
+            lease = await fleet.lease(prefer="broken", timeout_s=10)
+            try:
+                assert lease.place == "vlab-1"
+            finally:
+                await lease.release()
+            with pytest.raises(NoPlace, match=r"broken: place broken: ") as exc:
+                await Fleet(_cfg(tmp_path, lab, places=["broken"]), user="a", host="h").lease(timeout_s=10)
+            assert "show" in exc.value.remedy
+
+        asyncio.run(run())
+        holders, reservations = _state(lab)
+        assert not any(holders.values()) and reservations == []
+    finally:
+        coordinator(pb2.DeletePlaceRequest(name="broken"))

@@ -161,6 +161,7 @@ class Fleet:
             candidates.insert(0, prefer)
         loop = session.loop
         tokens: dict[str, str] = {}
+        unusable: dict[str, str] = {}
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             for name in candidates:
@@ -192,6 +193,14 @@ class Fleet:
                         cancel_reservation(session, tokens.pop(name))
                         reschedule(session)
                         continue
+                    except LabgridError as exc:
+                        # this place cannot be used (its exporter gone, a resource only its exporter
+                        # reaches): give it back and keep waiting for the others
+                        unusable[name] = exc.problem
+                        lease.reservation = tokens.pop(name)
+                        lease._release(session)
+                        reschedule(session)
+                        continue
                     except BaseException:
                         if lease.held:
                             lease._release(session)
@@ -199,9 +208,12 @@ class Fleet:
                     del tokens[name]  # the lease owns it now
                     return lease
                 if not tokens:
+                    why = "; ".join(f"{name}: {problem}" for name, problem in unusable.items()) or \
+                        "places deleted, or acquired without a reservation by this identity"
                     raise NoPlace(f"the reservations for {', '.join(candidates)} ended without a place "
-                                  "(places deleted, or acquired without a reservation by this identity)",
-                                  f"`labgrid-client -x {self.coordinator} places` shows who holds them")
+                                  f"({why})",
+                                  f"`labgrid-client -x {self.coordinator} places` shows who holds them; "
+                                  "`-p PLACE show` what a place matches")
                 if deadline is not None and time.monotonic() > deadline:
                     raise NoPlace(f"no place of the fleet became free in {timeout_s:g} s: "
                                   f"{self._holders(session, candidates)}",
