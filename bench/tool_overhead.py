@@ -13,10 +13,11 @@ alike. On a noisy machine a single p50 ratio moves by more than the margin it is
 the verdict comes from the ratio round by round (each round's p50 over the bare server's in
 the same round): its median and that median's ~95% interval. Met only when the whole interval
 is under the target, NOT met when it is all above, otherwise the run could not tell (the load
-average is printed with it). Each server's CPU time per call (all its threads, from /proc) is
-printed beside: the work itself, which load disturbs much less than it disturbs a round trip.
+average is printed with it); while it cannot, more round trips are added, up to --budget-s.
+Each server's CPU time per call (all its threads, from /proc) is printed beside: the work
+itself, which load disturbs much less than it disturbs a round trip.
 
-    .venv/bin/python bench/tool_overhead.py [-n 300] [-m 1000]
+    .venv/bin/python bench/tool_overhead.py [-n 300] [-m 1000] [--budget-s 180]
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -145,7 +147,8 @@ def resolved(lo: float, hi: float, target: float) -> str:
         return "met"
     if lo > target:
         return "NOT met"
-    return "not resolved at this noise (the interval spans the target: run again, or with a larger -m)"
+    return "not resolved at this noise (the interval spans the target: run again, or with a " \
+        "larger --budget-s)"
 
 
 def server_cpu_ns(args: list[str]) -> int | None:
@@ -176,7 +179,14 @@ class Rtt:
     """1-minute load average before and after."""
 
 
-async def mcp_rtt(lab: Path, n: int, tmp: Path) -> Rtt:
+EXTRA = 500
+"""Round trips per server added at a time while the verdicts are not resolved."""
+
+
+async def mcp_rtt(lab: Path, n: int, tmp: Path, budget_s: float) -> Rtt:
+    """`n` round trips on every server; then, while either transport's verdict is not resolved
+    and `budget_s` is not spent, EXTRA more at a time on the three servers the verdicts compare
+    (each look at the interval makes a false verdict a little likelier: few looks, big steps)."""
     from mcp import Client, StdioServerParameters
 
     here = str(Path(__file__).parent / "_noop.py")
@@ -187,6 +197,14 @@ async def mcp_rtt(lab: Path, n: int, tmp: Path) -> Rtt:
                (EVERY, [here, "labwarden", str(lab), str(tmp / "mcp2.db"), "every_call"]))
     times: dict[str, list[float]] = {label: [] for label, _ in servers}
     order = random.Random()
+
+    async def rounds(clients: list[tuple[str, Any]], calls: int) -> None:
+        # interleaved in rounds, each in a fresh random order of the servers, so a noisy moment
+        # (and a place in the order) hits every server alike
+        for _ in range(0, calls, ROUND):
+            for label, client in order.sample(clients, len(clients)):
+                times[label] += await timed(ROUND, lambda i, c=client: c.call_tool("noop", {"n": i}))
+
     async with contextlib.AsyncExitStack() as stack:
         clients = [(label, await stack.enter_async_context(
             Client(StdioServerParameters(command=sys.executable, args=args))))
@@ -196,16 +214,17 @@ async def mcp_rtt(lab: Path, n: int, tmp: Path) -> Rtt:
                 await client.call_tool("noop", {"n": 0})  # warm
         load0 = os.getloadavg()[0]
         cpu0 = {label: server_cpu_ns(args) for label, args in servers}
-        # interleaved in rounds, each in a fresh random order of the servers, so a noisy moment
-        # (and a place in the order) hits every server alike
-        for start in range(0, n, ROUND):
-            for label, client in order.sample(clients, len(clients)):
-                times[label] += await timed(min(ROUND, n - start),
-                                            lambda i, c=client: c.call_tool("noop", {"n": i}))
+        deadline = time.monotonic() + budget_s
+        await rounds(clients, n)
+        compared = [c for c in clients if c[0] in (BARE, OWN, SDK)]
+        while time.monotonic() < deadline and any(
+                resolved(*by_round(times, label)[1:], TARGET_RATIO).startswith("not")
+                for label in (OWN, SDK)):
+            await rounds(compared, EXTRA)
         cpu1 = {label: server_cpu_ns(args) for label, args in servers}
         load1 = os.getloadavg()[0]
-    cpu_us = {label: (cpu1[label] - before) / 1000 / n for label, before in cpu0.items()  # type: ignore[operator]
-              if before is not None and cpu1[label] is not None}
+    cpu_us = {label: (cpu1[label] - before) / 1000 / len(times[label])  # type: ignore[operator]
+              for label, before in cpu0.items() if before is not None and cpu1[label] is not None}
     return Rtt(times, cpu_us, (load0, load1))
 
 
@@ -216,10 +235,10 @@ SDK = "  same, on the SDK's stdio transport (worker threads)"
 EVERY = "  same, transcript_fsync = every_call"
 
 
-def by_round(rtt: Rtt, label: str) -> tuple[float, float, float]:
-    """The ratio to the bare server's p50 round by round (the same calls of the same rounds):
-    its median and that median's ~95% interval."""
-    lw, bare = rtt.times[label], rtt.times[BARE]
+def by_round(times: dict[str, list[float]], label: str) -> tuple[float, float, float]:
+    """The ratio to the bare server's p50 round by round (the same rounds: each has ROUND
+    calls of every server in it): its median and that median's ~95% interval."""
+    lw, bare = times[label], times[BARE]
     return median_ci([statistics.median(lw[i:i + ROUND]) / statistics.median(bare[i:i + ROUND])
                       for i in range(0, len(lw) - ROUND + 1, ROUND)])
 
@@ -227,7 +246,10 @@ def by_round(rtt: Rtt, label: str) -> tuple[float, float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=300, help="calls per in-process row")
-    ap.add_argument("-m", type=int, default=1000, help="MCP round trips per server")
+    ap.add_argument("-m", type=int, default=1000, help="MCP round trips per server, at least")
+    ap.add_argument("--budget-s", type=float, default=180.0,
+                    help="seconds the MCP round trips may take in all: more are added while a "
+                    "verdict is not resolved")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="lw-bench-"))
     root = tmp / "vlab"
@@ -235,12 +257,12 @@ def main() -> None:
         control.up(root)
         lab = root / "lab.toml"
         rows = asyncio.run(in_process(lab, args.n, tmp))
-        rtt = asyncio.run(mcp_rtt(lab, args.m, tmp))
+        rtt = asyncio.run(mcp_rtt(lab, -(-args.m // ROUND) * ROUND, tmp, args.budget_s))
     finally:
         control.down(root)
     rows += list(rtt.times.items())
-    table = Table(title=f"tool-call overhead, {args.n} calls in process, {args.m} MCP round trips "
-                  "per server (ms)")
+    table = Table(title=f"tool-call overhead, {args.n} calls in process, {len(rtt.times[BARE])} MCP "
+                  "round trips on the bare server (ms)")
     for col in ("path", "p50", "p95", "mean", "server CPU/call"):
         table.add_column(col, justify="left" if col == "path" else "right")
     for label, xs in rows:
@@ -265,7 +287,7 @@ def main() -> None:
                   f"{rtt.load[0]:.1f} -> {rtt.load[1]:.1f}:")
     for name, label in (("labwarden's own transport", OWN), ("the SDK's stdio transport", SDK)):
         ratio = med[label] / med[BARE]
-        q2, lo, hi = by_round(rtt, label)
+        q2, lo, hi = by_round(rtt.times, label)
         console.print(f"  {name}: {ratio:.2f}x; round by round: median {q2:.2f}x, 95% interval "
                       f"{lo:.2f}-{hi:.2f}x: {resolved(lo, hi, TARGET_RATIO)}")
     cpu = rtt.cpu_us
