@@ -14,6 +14,8 @@ the verdict comes from the ratio round by round (each round's p50 over the bare 
 the same round): its median and that median's ~95% interval. Met only when the whole interval
 is under the target, NOT met when it is all above, otherwise the run could not tell (the load
 average is printed with it); while it cannot, more round trips are added, up to --budget-s.
+The interval is this run's: what else the machine runs moves the ratio itself from run to run
+(1.13x [1.10-1.17] and 0.93x [0.82-1.07] twenty minutes apart here), so judge several runs.
 Each server's CPU time per call (all its threads, from /proc) is printed beside: the work
 itself, which load disturbs much less than it disturbs a round trip.
 
