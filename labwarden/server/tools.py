@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent
 from pydantic import WithJsonSchema
 
 from labwarden.core.call import ToolFailure
@@ -46,9 +45,14 @@ def _signature(spec: ToolSpec) -> inspect.Signature:
     return inspect.Signature(params, return_annotation=spec.output)
 
 
-async def call(ctx: Context, name: str, arguments: dict[str, Any]) -> CallToolResult:
-    """One call through the runner (guard, transcript); a failure raises ToolError, which
-    MCPServer turns into an is_error result carrying the JSON below."""
+async def call(ctx: Context, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """One call through the runner (guard, transcript): its CallToolResult in wire form. A
+    failure raises ToolError, which MCPServer turns into an is_error result carrying the JSON
+    below.
+
+    The wire form, not the CallToolResult model: the SDK validates a handler's result against
+    the protocol's own CallToolResult whichever it gets, and dumps it; a model built here
+    would be validated, then dumped, then validated again (bench/tool_overhead.py)."""
     lab: LabContext = await lab_for(ctx.request_context)
 
     async def progress(done: float, total: float | None, message: str) -> None:
@@ -62,8 +66,9 @@ async def call(ctx: Context, name: str, arguments: dict[str, Any]) -> CallToolRe
     if not record.ok:
         raise ToolError(failure_json(record.error))
     # the text is the JSON the transcript counted (result_chars): what the model reads, compact
-    return CallToolResult(content=[TextContent(type="text", text=record.result_json or "null")],
-                          structured_content=record.result)
+    # (the keys a CallToolResult model dumps: the wire is the same, on every protocol version)
+    return {"content": [{"type": "text", "text": record.result_json or "null"}],
+            "structuredContent": record.result, "isError": False, "resultType": "complete"}
 
 
 def failure_json(err: ToolFailure | None) -> str:
