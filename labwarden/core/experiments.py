@@ -205,6 +205,8 @@ class Bisection(BaseModel):
     steps: list[BisectStep] = Field(default_factory=list)
     first_bad: str | None = None
     first_bad_subject: str | None = None
+    places: list[str] = Field(default_factory=list, description="the fleet places the range was "
+                              "split over (empty off a fleet)")
     outcome: Literal["found", "no_regression", "undecided", "failed"]
     reason: str
     started_at: datetime

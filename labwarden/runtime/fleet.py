@@ -112,11 +112,13 @@ class PlacePool:
         return [p for p in await self.fleet.places() if p not in bad and p not in exclude]
 
     @contextlib.asynccontextmanager
-    async def session(self, *, exclude: Collection[str] = (),
-                      prefer: str | None = None) -> AsyncIterator[LabSession]:
-        """A lab session on a free good place not in `exclude` (waits for one), released after."""
+    async def session(self, *, exclude: Collection[str] = (), prefer: str | None = None,
+                      timeout_s: float | None = None) -> AsyncIterator[LabSession]:
+        """A lab session on a free good place not in `exclude` (waits for one, at most
+        `timeout_s` if given), released after."""
         lease = await self.fleet.lease(exclude={*exclude, *self.health.bad()}, prefer=prefer,
-                                       timeout_s=self.lease_timeout_s)
+                                       timeout_s=timeout_s if timeout_s is not None
+                                       else self.lease_timeout_s)
         try:
             async with open_place(self.home, lease, self) as ctx:
                 yield ctx
