@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labwarden.core.call import ToolCallRecord, ToolFailure
+from labwarden.core.digest import bounded_args
 from labwarden.core.errors import LabError
-from labwarden.core.events import Note
+from labwarden.core.events import Note, ToolCalled
 from labwarden.core.placehealth import HealthState, HealthStore
 from labwarden.guardrails.context import GuardContext
 from labwarden.guardrails.guard import Guard
@@ -156,20 +157,25 @@ class PlacePool:
         tried: list[str] = []
         record: ToolCallRecord | None = None
         while True:
-            if not await self.good_places(tried):
-                if record is not None:
-                    return record
-                return ToolCallRecord(tool=name, args=args, ok=False, error=ToolFailure(
-                    kind="device", message=f"no good place left in the fleet for {name} "
-                    f"(bad: {', '.join(sorted(self.health.bad())) or 'none'})",
-                    remedy="bring the places' DUTs back, then clear them in "
-                    f"{self.health.path}"))
-            async with self.session(exclude=tried) as ctx:
-                place = ctx.place_name
-                assert place is not None
-                record = await call_tool(ctx, name, args)
-                why = _failed(record)
-                dead = await self.probe(ctx) if why is not None else None
+            try:
+                if not await self.good_places(tried):
+                    if record is not None:
+                        return record
+                    raise LabError(f"no good place left in the fleet for {name} (bad: "
+                                   f"{', '.join(sorted(self.health.bad())) or 'none'})",
+                                   "bring the places' DUTs back, then clear them in "
+                                   f"{self.health.path}", kind="device")
+                async with self.session(exclude=tried) as ctx:
+                    place = ctx.place_name
+                    assert place is not None
+                    record = await call_tool(ctx, name, args)
+                    why = _failed(record)
+                    dead = await self.probe(ctx) if why is not None else None
+            except LabError as exc:  # no place for it: the call fails, the loop goes on
+                record = ToolCallRecord(tool=name, args=bounded_args(args), ok=False,
+                                        error=ToolFailure.of(exc))
+                self.home.log(ToolCalled.of(record), durable=False)
+                return record
             if dead is None:
                 if why is None:
                     self.mark(place, "good", None)
@@ -178,12 +184,37 @@ class PlacePool:
             tried.append(place)
 
 
+def place_profile(home: LabProfile, place: str) -> LabProfile:
+    """The profile a place's calls run with: its own (`[dut.labgrid] place_profiles`: a vlab
+    fleet's DUT paths differ per place), else the fleet's. A place profile that does not share
+    the data dir, [build] and [decision] with the fleet's is refused: its experiments would
+    look for other patches, flash other builds, or judge by another rule."""
+    lg = home.dut.labgrid
+    named = (getattr(lg, "place_profiles", None) or {}).get(place) if lg is not None else None
+    if not named:
+        return home
+    path = Path(named).expanduser()
+    if not path.is_absolute() and home.source:
+        path = Path(home.source).parent / path
+    own = LabProfile.from_file(path)
+    differs = [name for name, a, b in (
+        ("[lab] data_dir", own.data_dir(), home.data_dir()),
+        ("[build]", own.build.model_dump(), home.build.model_dump()),
+        ("[decision]", own.decision.model_dump(), home.decision.model_dump())) if a != b]
+    if differs:
+        raise LabError(f"the profile of place {place} ({path}) differs from the fleet's in "
+                       f"{', '.join(differs)}", "give every place profile the fleet profile's "
+                       "[lab] data_dir, [build] and [decision] (one ledger, one build store, one rule)",
+                       kind="invalid_input")
+    return own
+
+
 @contextlib.asynccontextmanager
 async def open_place(home: LabSession, lease: PlaceLease, pool: PlacePool) -> AsyncIterator[LabSession]:
     """A lab session on a leased place: its own DUT connection (opened on first use), board
     state and guard (the home's budget), the home's transcript session and data dir."""
     assert home.guard is not None and lease.place is not None
-    profile = home.profile
+    profile = place_profile(home.profile, lease.place)
     device = Device(lease.endpoint(), env=profile.dut.env, unreachable_remedy=unreachable_remedy(profile))
     device.place = lease
     ctx = LabSession(profile=profile, device=device, data_dir=home.data_dir, progress=home.progress,
