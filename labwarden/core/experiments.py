@@ -138,6 +138,8 @@ class Reproduction(BaseModel):
 
     place: str | None = Field(description="where it was screened again")
     same_place: bool = Field(False, description="the fleet had no other good place")
+    build_a: str | None = Field(None, description="A built for that place (a vlab's paths differ)")
+    build_b: str | None = None
     screening: Screening | None = Field(None, description="the second screening (None: it "
                                         "could not run -- `error` says why)")
     reproduced: bool = False

@@ -158,11 +158,17 @@ async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
                               metric=inp.metric, margin_pct=margin, interleave=dec.interleave).run()
         return scr.final
 
+    ends: dict[int, tuple[str, str]] = {}
+
     async def judge(on: LabContext, commit: str, margin: float) -> list[BisectStep]:
-        """One commit against good, and -- when that stays undecided -- against bad."""
-        build = await _build(ctx, commit)
+        """One commit against good, and -- when that stays undecided -- against bad; built for
+        the place it runs on (a vlab fleet's DUT paths differ per place)."""
+        if id(on) not in ends:
+            ends[id(on)] = (await _build(on, good_commit), await _build(on, commits[-1][0]))
+        good, bad = ends[id(on)]
+        build = await _build(on, commit)
         steps: list[BisectStep] = []
-        for against, pair in (("good", (good_build, build)), ("bad", (build, bad_build))):
+        for against, pair in (("good", (good, build)), ("bad", (build, bad))):
             j = await ab(on, *pair, margin)
             steps.append(BisectStep(commit=commit, subject=subjects[commit], against=against,
                                     judgement=j, side=_side(j, against)))
@@ -173,6 +179,7 @@ async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
     try:
         good_commit = await asyncio.to_thread(_git, ctx, "rev-parse", f"{inp.good}^{{commit}}")
         good_build, bad_build = await _build(ctx, good_commit), await _build(ctx, commits[-1][0])
+        ends[id(ctx)] = (good_build, bad_build)
         await ctx.report(0, None, f"{len(commits)} commits; is {inp.bad} worse than {inp.good}?")
         rec.ends = await ab(ctx, good_build, bad_build, None)
         if rec.ends.verdict != "regressed":

@@ -209,18 +209,23 @@ async def _screen_again(on: LabContext, exp: Experiment, *, same_place: bool) ->
     place; the second screening asks only whether the effect is there)."""
     assert exp.build_a and exp.build_b and exp.screening is not None
     dec = on.profile.decision
-    ab = abtest.AB(on, exp.build_a, exp.build_b, stations=exp.screening.stations, rule=dec,
-                   window_s=dec.window_s, interleave=dec.interleave, with_parity=False)
 
     async def look(text: str) -> None:
         await on.report(5, 6, f"reproducing on {on.place_name}: {text}")
 
     rep = Reproduction(place=on.place_name, same_place=same_place)
     try:
-        await ab.run(on_look=look)
+        # built for this place (a vlab fleet's DUT paths differ: the same ids on a real fleet)
+        rep.build_a = await _build(on, exp.base_patches, exp.ref)
+        rep.build_b = await _build(on, [*exp.base_patches, exp.patch], exp.ref)
+        ab = abtest.AB(on, rep.build_a, rep.build_b, stations=exp.screening.stations, rule=dec,
+                       window_s=dec.window_s, interleave=dec.interleave, with_parity=False)
+        try:
+            await ab.run(on_look=look)
+        finally:
+            rep.screening = ab.screening if ab.screening.looks else None
     except LabError as exc:
         rep.error = exc.problem
-    rep.screening = ab.screening if ab.screening.looks else None
     rep.reproduced = rep.error is None and rep.screening is not None \
         and rep.screening.final.verdict == "improved"
     return rep
