@@ -15,6 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from labwarden.core.decision import DecisionRule
 from labwarden.core.errors import LabError
 from labwarden.lab.dut.endpoint import SshEndpoint
+from labwarden.lab.labgrid import fleet_selector
 
 
 class _Strict(BaseModel):
@@ -56,6 +57,17 @@ class LabgridSection(_Strict):
     coordinator: str | None = Field(None, examples=["127.0.0.1:20408"])
     host_key: str | None = Field(None, examples=["ssh-ed25519 AAAA..."])
     strategy_state: str | None = Field(None, examples=["shell"])
+    # a fleet (lab/fleet.py): one of places, place_match, place_tags; the env's RemotePlace is a template
+    places: list[str] | None = Field(None, examples=[["vlab-0", "vlab-1"]])
+    place_match: str | None = Field(None, examples=["vlab-*"])
+    place_tags: dict[str, str] | None = Field(None, examples=[{"fleet": "vlab"}])
+    place_profiles: dict[str, str] | None = Field(
+        None, description="place -> that place's own lab profile (a vlab fleet: DUT paths differ per place)")
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> LabgridSection:
+        fleet_selector(self.places, self.place_match, self.place_tags)
+        return self
 
 
 class DutPaths(_Strict):

@@ -41,7 +41,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from labwarden.core.devtext import quote
 from labwarden.core.errors import LabError
@@ -83,6 +83,40 @@ class LabgridConfig(BaseModel, extra="forbid"):
         "NetworkService carries no host key, so it is pinned here")
     strategy_state: str | None = Field(
         None, description="Strategy state to transition to for flashing (flash by labgrid strategy)")
+    places: list[str] | None = Field(
+        None, description="a fleet: the names of its places (the env YAML's RemotePlace name is then "
+        "a template, each lease names its place)")
+    place_match: str | None = Field(
+        None, description="a fleet: an fnmatch pattern over the coordinator's place names (e.g. 'vlab-*')")
+    place_tags: dict[str, str] | None = Field(
+        None, description="a fleet: the places whose coordinator tags include all of these")
+    place_profiles: dict[str, str] | None = Field(
+        None, description="place -> that place's own lab profile, for fleets whose DUTs differ in "
+        "their paths (a vlab's DUT paths are host paths, one state dir per DUT)")
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> LabgridConfig:
+        fleet_selector(self.places, self.place_match, self.place_tags)
+        return self
+
+    @property
+    def is_fleet(self) -> bool:
+        return fleet_selector(self.places, self.place_match, self.place_tags) is not None
+
+
+def fleet_selector(places: list[str] | None, place_match: str | None,
+                   place_tags: dict[str, str] | None) -> str | None:
+    """Which of `places`, `place_match`, `place_tags` selects a fleet (None: a single place);
+    ValueError names the fields if more than one is set or one is empty."""
+    given = [name for name, value in (("places", places), ("place_match", place_match),
+                                      ("place_tags", place_tags)) if value is not None]
+    if len(given) > 1:
+        raise ValueError(f"[dut.labgrid] sets {' and '.join(given)}: a fleet is selected by one of "
+                         "places, place_match, place_tags; keep one")
+    if given and not (places or place_match or place_tags):
+        raise ValueError(f"[dut.labgrid] {given[0]} is empty: name at least one place, or remove it "
+                         "for a single RemotePlace")
+    return given[0] if given else None
 
 
 class LabgridError(LabError):
@@ -177,12 +211,15 @@ def resolve_endpoint(cfg: LabgridConfig, key_fallback: str | None = None, *,
     wanted = bindings.get("networkservice") if isinstance(bindings, dict) else None
     place = env.remote_place
     if place is not None:
-        if lease is None or not lease.held or lease.place != place:
+        # a fleet's RemotePlace name is a template: the lease names the place
+        if lease is None or not lease.held or (lease.place != place and not cfg.is_fleet
+                                               and lease.cfg is not cfg):
             raise LabgridError(
                 f"{base}.resources.RemotePlace '{place}': the NetworkService comes from the coordinator "
                 "and is known only while the place is acquired",
                 "resolve inside `async with PlaceLease(cfg) as lease:` with lease=lease "
                 "(or lease.endpoint())")
+        place = lease.place
         exported: dict[str | None, dict[str, Any]] = {
             name: args for name, (cls, args) in lease.exported.items() if cls == "NetworkService"}
         ns_key = f"{base}.resources.RemotePlace '{place}' (its exported NetworkService)"
@@ -251,6 +288,15 @@ def _host_key(value: str | None) -> str | None:
 
 # --- holding a place for a session ----------------------------------------------------------------
 
+_CHANNEL_OPTIONS = [
+    # labgrid's ClientSession's own (client.py): keepalive pings, ping_timeout set to match
+    ("grpc.keepalive_time_ms", 7500),
+    ("grpc.keepalive_timeout_ms", 10000),
+    ("grpc.http2.ping_timeout_ms", 10000),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+
+
 @functools.cache
 def _session_class() -> type:
     # imported late (see the module docstring): pulls in gRPC, replaces sys.excepthook
@@ -264,6 +310,20 @@ def _session_class() -> type:
         lease_user: str = attr.ib(default="", kw_only=True)
         lease_host: str = attr.ib(default="", kw_only=True)
 
+        def __attrs_post_init__(self) -> None:
+            super().__attrs_post_init__()
+            # gRPC shares one TCP connection among a process's channels to one address, and the
+            # coordinator tells clients apart by that connection (an assertion kills the second
+            # session's stream): concurrent sessions (a fleet's leases) need connections of their own
+            import grpc
+            from labgrid.remote.generated import labgrid_coordinator_pb2_grpc
+
+            shared: Any = self.channel  # type: ignore[has-type]  # attrs-made in labgrid, untyped
+            self.channel = grpc.aio.insecure_channel(target=self.address, options=[
+                *_CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)])
+            self.stub = labgrid_coordinator_pb2_grpc.CoordinatorStub(self.channel)
+            self.loop.run_until_complete(shared.close())  # never used: no connection to close
+
         def getuser(self) -> str:
             return self.lease_user
 
@@ -273,22 +333,71 @@ def _session_class() -> type:
     return LeaseSession
 
 
-class PlaceLease:
-    """The place of `cfg.target`'s RemotePlace, held from `acquire()` to `release()` (or the
-    `async with` block). All labgrid calls run in one thread of this lease's own: labgrid runs its
-    own event loop, which cannot run inside ours."""
+def identity(user: str | None, host: str | None) -> tuple[str, str]:
+    """(user, host) as the coordinator will know them: given, else LG_USERNAME/LG_HOSTNAME, else
+    this process's user and host name (what labgrid-client uses)."""
+    return (user or os.environ.get("LG_USERNAME") or getpass.getuser(),
+            host or os.environ.get("LG_HOSTNAME") or socket.gethostname())
 
-    def __init__(self, cfg: LabgridConfig, *, user: str | None = None, host: str | None = None):
+
+def in_session(coordinator: str, user: str, host: str, fn: Callable[[Any], T]) -> T:
+    """Run `fn(session)` with a fresh coordinator session as `host/user`, in the calling thread
+    (a labgrid thread: the session runs its own event loop)."""
+    from labgrid.remote.client import ServerError
+    from labgrid.util.proxy import proxymanager
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)  # grpc.aio binds its channel to the thread's current loop
+    address = proxymanager.get_grpc_address(coordinator, default_port=20408)
+    session = _session_class()(address, loop, lease_user=user, lease_host=host)
+    try:
+        try:
+            loop.run_until_complete(asyncio.wait_for(session.start(), START_TIMEOUT_S))
+        except (ServerError, TimeoutError) as exc:
+            raise LabgridError(
+                f"cannot reach the labgrid coordinator at {coordinator}",
+                "start it (`labgrid-coordinator -l HOST:PORT`) or point `coordinator:` in the profile's "
+                "[dut.labgrid] (or LG_COORDINATOR) at the running one") from exc
+        return fn(session)
+    finally:
+        loop.run_until_complete(session.stop())
+        loop.run_until_complete(session.close())
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+KEEPALIVE_S = 15.0
+"""How often a held lease polls its reservation: the coordinator expires a reservation not polled
+for 60 s (an acquired one it keeps itself; the poll also notices a place taken from us)."""
+
+
+class PlaceLease:
+    """The place of `cfg.target`'s RemotePlace (or `place`, for a fleet), held from `acquire()` to
+    `release()` (or the `async with` block). All labgrid calls run in one thread of this lease's
+    own: labgrid runs its own event loop, which cannot run inside ours.
+
+    `reservation`: the token of the coordinator reservation the place was allocated through
+    (Fleet.lease); polled while held (`keep_alive`) and cancelled at release."""
+
+    def __init__(self, cfg: LabgridConfig, *, place: str | None = None, user: str | None = None,
+                 host: str | None = None, reservation: str | None = None):
         self.cfg = cfg
         env = load_env(cfg)
-        self.place: str | None = env.remote_place
+        if place is not None and env.remote_place is None:
+            raise LabgridError(f"{cfg.env}: targets.{cfg.target} has no RemotePlace, so no place '{place}'",
+                               "add `RemotePlace: {name: ...}` to the target's resources (for a fleet "
+                               "its name is a template: each lease names its place)")
+        self.place: str | None = place or env.remote_place
         self.coordinator = env.coordinator(cfg)
-        self.user = user or os.environ.get("LG_USERNAME") or getpass.getuser()
-        self.host = host or os.environ.get("LG_HOSTNAME") or socket.gethostname()
+        self.user, self.host = identity(user, host)
+        self.reservation = reservation
         self.held = False
+        self.lost: str | None = None
+        """Why the place is no longer ours although we did not release it (seen by keep_alive)."""
         self.exported: dict[str, tuple[str, dict[str, Any]]] = {}
         """name -> (resource class, arguments) of what the place acquired, as of `acquire()`."""
         self._executor: ThreadPoolExecutor | None = None
+        self._keepalive: asyncio.Task[None] | None = None
 
     @property
     def holder(self) -> str:
@@ -318,14 +427,33 @@ class PlaceLease:
         return self
 
     async def release(self) -> None:
-        """Release the place if this lease holds it (never someone else's). Idempotent."""
-        if not self.held:
+        """Release the place if this lease holds it (never someone else's) and cancel its
+        reservation. Idempotent."""
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            with contextlib.suppress(BaseException):
+                await self._keepalive
+            self._keepalive = None
+        if not self.held and self.reservation is None:
             self._shutdown()
             return
         try:
             await self.run_with_session(self._release)
         finally:
             self._shutdown()
+
+    def keep_alive(self, interval_s: float = KEEPALIVE_S) -> None:
+        """Poll the reservation every `interval_s` while held (in the running loop) and set `lost`
+        if the place is no longer ours; stopped by release()."""
+        if self._keepalive is None and self.held:
+            self._keepalive = asyncio.get_running_loop().create_task(
+                self._keep_alive(interval_s), name=f"lease-keepalive-{self.place}")
+
+    async def _keep_alive(self, interval_s: float) -> None:
+        while self.held and self.lost is None:
+            await asyncio.sleep(interval_s)
+            with contextlib.suppress(LabgridError):  # the coordinator away for a while: try again
+                self.lost = await self.run_with_session(self._check)
 
     async def run_with_session(self, fn: Callable[[Any], T]) -> T:
         """Run `fn(session)` in this lease's labgrid thread with a fresh coordinator session.
@@ -334,7 +462,7 @@ class PlaceLease:
         loop runs, and between calls nothing would run it; an acquired place needs no connection."""
         if self._executor is None:
             self._executor = _labgrid_thread(self.cfg)
-        future = self._executor.submit(self._in_session, fn)
+        future = self._executor.submit(in_session, self.coordinator, self.user, self.host, fn)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -350,35 +478,13 @@ class PlaceLease:
 
     # --- in the labgrid thread ---
 
-    def _in_session(self, fn: Callable[[Any], T]) -> T:
-        from labgrid.remote.client import ServerError
-        from labgrid.util.proxy import proxymanager
-
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)  # grpc.aio binds its channel to the thread's current loop
-        address = proxymanager.get_grpc_address(self.coordinator, default_port=20408)
-        session = _session_class()(address, loop, lease_user=self.user, lease_host=self.host)
-        try:
-            try:
-                loop.run_until_complete(asyncio.wait_for(session.start(), START_TIMEOUT_S))
-            except (ServerError, TimeoutError) as exc:
-                raise LabgridError(
-                    f"cannot reach the labgrid coordinator at {self.coordinator}",
-                    "start it (`labgrid-coordinator -l HOST:PORT`) or point `coordinator:` in the profile "
-                    "(or LG_COORDINATOR) at the running one") from exc
-            return fn(session)
-        finally:
-            loop.run_until_complete(session.stop())
-            loop.run_until_complete(session.close())
-            loop.close()
-            asyncio.set_event_loop(None)
-
     def _place(self, session: Any) -> Any:
         place = session.places.get(self.place)
         if place is None:
+            where = ("a place of the fleet in [dut.labgrid] of the profile" if self.cfg.is_fleet
+                     else f"targets.{self.cfg.target}.resources.RemotePlace in {self.cfg.env}")
             raise LabgridError(
-                f"place {self.place} (targets.{self.cfg.target}.resources.RemotePlace in {self.cfg.env}) "
-                f"does not exist on the coordinator at {self.coordinator}",
+                f"place {self.place} ({where}) does not exist on the coordinator at {self.coordinator}",
                 f"`labgrid-client -x {self.coordinator} -p {self.place} create`, "
                 "then `add-match` its resources")
         return place
@@ -421,15 +527,93 @@ class PlaceLease:
         import grpc
         from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
 
-        # fromuser: the coordinator releases only if we still hold it; someone who kicked us keeps it
-        request = pb2.ReleasePlaceRequest(placename=self.place, fromuser=self.holder)
-        try:
-            session.loop.run_until_complete(session.stub.ReleasePlace(request))
-        except grpc.aio.AioRpcError as exc:
-            raise LabgridError(f"coordinator refused to release place {self.place}: {exc.details()}",
-                               f"`LG_USERNAME={self.user} labgrid-client -p {self.place} release`") from exc
-        self.held = False
-        self.exported = {}
+        if self.reservation is not None:
+            # cancelled before the release: see cancel_reservation
+            cancel_reservation(session, self.reservation)
+            self.reservation = None
+        if self.held:
+            # fromuser: the coordinator releases only if we still hold it; someone who kicked us keeps it
+            request = pb2.ReleasePlaceRequest(placename=self.place, fromuser=self.holder)
+            try:
+                session.loop.run_until_complete(session.stub.ReleasePlace(request))
+            except grpc.aio.AioRpcError as exc:
+                raise LabgridError(
+                    f"coordinator refused to release place {self.place}: {exc.details()}",
+                    f"`LG_USERNAME={self.user} labgrid-client -p {self.place} release`") from exc
+            self.held = False
+            self.exported = {}
+
+    def _check(self, session: Any) -> str | None:
+        """Refresh the reservation; why the place is no longer ours, or None."""
+        if self.reservation is not None and poll_reservation(session, self.reservation) is None:
+            return f"reservation {self.reservation} of place {self.place} is gone from the coordinator"
+        place = session.places.get(self.place)
+        if place is None:
+            return f"place {self.place} was deleted from the coordinator"
+        if place.acquired != self.holder:
+            return f"place {self.place} is now acquired by {quote(str(place.acquired))}, not this lease"
+        return None
+
+
+def poll_reservation(session: Any, token: str) -> Any | None:
+    """The reservation `token` (labgrid's Reservation), refreshed by the poll; None if gone."""
+    import grpc
+    from labgrid.remote.common import Reservation
+    from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
+
+    try:
+        response = session.loop.run_until_complete(
+            session.stub.PollReservation(pb2.PollReservationRequest(token=token)))
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:  # "Reservation ... does not exist"
+            return None
+        raise LabgridError(f"coordinator failed to poll reservation {token}: {exc.details()}",
+                           "check the coordinator's log") from exc
+    return Reservation.from_pb2(response.reservation)
+
+
+def cancel_reservation(session: Any, token: str) -> None:
+    """Cancel the reservation `token`; one already gone is fine.
+
+    labgrid 26's scheduler finds the free places before it clears a cancelled reservation's mark
+    on its place, so the place goes to the next waiting reservation only at the coordinator's next
+    scheduling run (every 15 s, or the next request that schedules). A held place's reservation is
+    therefore cancelled before the place is released (the release schedules again, with the mark
+    cleared), and after cancelling an allocated one we schedule at once (`reschedule`)."""
+    import grpc
+    from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
+
+    try:
+        session.loop.run_until_complete(
+            session.stub.CancelReservation(pb2.CancelReservationRequest(token=token)))
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+            raise LabgridError(f"coordinator refused to cancel reservation {token}: {exc.details()}",
+                               f"`labgrid-client cancel-reservation {token}`") from exc
+
+
+RESCHEDULE_TAG = "labwarden-reschedule"
+"""The tag of `reschedule`'s reservation: no place carries it, so it is never allocated."""
+
+
+def reschedule(session: Any) -> None:
+    """Make the coordinator schedule its reservations now: create (and cancel) a reservation that
+    matches no place (creating one is what runs the scheduler)."""
+    from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
+
+    request = pb2.CreateReservationRequest(
+        filters={"main": pb2.Reservation.Filter(filter={RESCHEDULE_TAG: "1"})}, prio=-1.0)
+    response = session.loop.run_until_complete(session.stub.CreateReservation(request))
+    cancel_reservation(session, response.reservation.token)
+
+
+def _name_place(target: dict[str, Any], place: str) -> None:
+    """Point the target's RemotePlace at `place` (a fleet's env names a template place)."""
+    resources = target.get("resources") or {}
+    entries = resources if isinstance(resources, list) else [resources]
+    for entry in entries:
+        if isinstance(entry, dict) and isinstance(entry.get("RemotePlace"), dict):
+            entry["RemotePlace"]["name"] = place
 
 
 # --- driving a Strategy ---------------------------------------------------------------------------
@@ -440,7 +624,8 @@ async def transition(cfg: LabgridConfig, state: str, *, lease: PlaceLease | None
     the lease's thread for a RemotePlace (required then), else a thread of its own. `images`
     are set in the env's `images:` first (what the strategy's flasher installs)."""
     if lease is not None and lease.place is not None:
-        await lease.run_with_session(lambda session: _transition_sync(cfg, state, session, images))
+        place = lease.place
+        await lease.run_with_session(lambda session: _transition_sync(cfg, state, session, images, place))
         return
     if load_env(cfg).remote_place is not None:
         raise LabgridError(f"{cfg.env}: target {cfg.target} uses a RemotePlace: a transition needs the place",
@@ -450,7 +635,7 @@ async def transition(cfg: LabgridConfig, state: str, *, lease: PlaceLease | None
 
 
 def _transition_sync(cfg: LabgridConfig, state: str, session: Any | None,
-                     images: dict[str, str] | None = None) -> None:
+                     images: dict[str, str] | None = None, place: str | None = None) -> None:
     from labgrid import Environment
     from labgrid.exceptions import NoDriverFoundError
     from labgrid.resource.remote import RemotePlaceManager
@@ -458,6 +643,8 @@ def _transition_sync(cfg: LabgridConfig, state: str, session: Any | None,
     env = Environment(config_file=cfg.env)
     if images:
         env.config.data.setdefault("images", {}).update(images)
+    if place is not None:
+        _name_place(env.config.data["targets"][cfg.target], place)
     with _REMOTE_TARGET_LOCK:
         manager = RemotePlaceManager.get()
         if session is not None:

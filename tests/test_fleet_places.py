@@ -1,0 +1,247 @@
+"""A fleet's places on a real labgrid coordinator and exporter (labwarden.lab.hub on loopback):
+selecting them, leasing them through reservations, and a rival client that never shares one."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from labwarden.lab import hub
+from labwarden.lab.fleet import Fleet, NoPlace
+from labwarden.lab.labgrid import LabgridConfig, LabgridError, in_session
+
+pytestmark = pytest.mark.anyio
+
+PLACES = ["vlab-0", "vlab-1", "vlab-2"]
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(autouse=True)
+def _no_lg_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("LG_COORDINATOR", "LG_USERNAME", "LG_HOSTNAME", "LG_ENV"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[hub.HubInfo]:
+    """Three fleet places (tag fleet=t, NetworkService ports 2200+i) and one place outside it."""
+    dir = tmp_path_factory.mktemp("hub") / "labgrid"
+    places = [hub.HubPlace(name=name, port=2200 + i, tags={"fleet": "t"}) for i, name in enumerate(PLACES)]
+    places.append(hub.HubPlace(name="other", port=2299))
+    info = hub.up(dir, places)
+    try:
+        yield info
+    finally:
+        hub.down(dir)
+        assert not hub.leftovers(dir) and not dir.exists()
+
+
+def _cfg(tmp_path: Path, lab: hub.HubInfo, **fleet: Any) -> LabgridConfig:
+    env = tmp_path / "env.yaml"
+    env.write_text("targets:\n  main:\n    resources:\n      RemotePlace: {name: vlab-0}\n"
+                   "    drivers:\n      SSHDriver: {keyfile: id}\n")
+    return LabgridConfig(env=str(env), coordinator=lab.coordinator, host_key="ssh-ed25519 AAAA", **fleet)
+
+
+def _state(lab: hub.HubInfo) -> tuple[dict[str, str | None], list[Any]]:
+    """(place -> holder, reservations) as the coordinator has them."""
+    def read(session: Any) -> tuple[dict[str, str | None], list[Any]]:
+        from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
+
+        res = session.loop.run_until_complete(session.stub.GetReservations(pb2.GetReservationsRequest()))
+        return {n: p.acquired for n, p in session.places.items()}, list(res.reservations)
+    with ThreadPoolExecutor(1) as pool:  # labgrid's loop cannot run inside a running one
+        return pool.submit(in_session, lab.coordinator, "test", "probe", read).result()
+
+
+def test_selectors(tmp_path: Path, lab: hub.HubInfo) -> None:
+    async def places(**fleet: Any) -> list[str]:
+        return await Fleet(_cfg(tmp_path, lab, **fleet)).places()
+
+    assert asyncio.run(places(place_match="vlab-*")) == PLACES
+    assert asyncio.run(places(place_tags={"fleet": "t"})) == PLACES
+    assert asyncio.run(places(places=["vlab-2", "vlab-0"])) == ["vlab-0", "vlab-2"]
+    assert asyncio.run(places()) == ["vlab-0"]  # no fleet: the env's RemotePlace
+    assert not Fleet(_cfg(tmp_path, lab)).is_fleet() and Fleet(_cfg(tmp_path, lab, places=["a"])).is_fleet()
+
+
+def test_selector_errors_name_the_field(tmp_path: Path, lab: hub.HubInfo) -> None:
+    with pytest.raises(ValidationError, match="places and place_match"):
+        _cfg(tmp_path, lab, places=["vlab-0"], place_match="vlab-*")
+    with pytest.raises(ValidationError, match="places is empty"):
+        _cfg(tmp_path, lab, places=[])
+    with pytest.raises(NoPlace, match=r"place_match 'dut-\*' matches none .*vlab-0") as exc:
+        asyncio.run(Fleet(_cfg(tmp_path, lab, place_match="dut-*")).places())
+    assert "fix place_match" in exc.value.remedy
+    with pytest.raises(NoPlace, match="places names nope, which the coordinator"):
+        asyncio.run(Fleet(_cfg(tmp_path, lab, places=["vlab-0", "nope"])).lease())
+    with pytest.raises(NoPlace, match="every place of the fleet is excluded"):
+        asyncio.run(Fleet(_cfg(tmp_path, lab, places=["vlab-0"])).lease(exclude=["vlab-0"]))
+    dead = _cfg(tmp_path, lab, place_match="vlab-*").model_copy(update={"coordinator": "127.0.0.1:1"})
+    with pytest.raises(LabgridError, match=r"cannot reach the labgrid coordinator at 127\.0\.0\.1:1") as err:
+        asyncio.run(Fleet(dead).lease())
+    assert "coordinator:" in err.value.remedy
+
+
+def test_lease_prefer_exclude_endpoint_release(tmp_path: Path, lab: hub.HubInfo) -> None:
+    cfg = _cfg(tmp_path, lab, place_match="vlab-*")
+
+    async def run() -> None:
+        fleet = Fleet(cfg, user="loop-a", host="h")
+        a = await fleet.lease(prefer="vlab-1")
+        b = await fleet.lease(exclude=["vlab-0"])
+        try:
+            assert (a.place, b.place) == ("vlab-1", "vlab-2")
+            assert a.endpoint().port == 2201 and b.endpoint().port == 2202  # each lease's own place
+            holders, reservations = _state(lab)
+            assert holders["vlab-1"] == holders["vlab-2"] == "h/loop-a" and holders["vlab-0"] is None
+            # one reservation per held place, in state acquired; the waiting ones were cancelled
+            assert sorted(r.state for r in reservations) == [2, 2]
+            assert {r.token for r in reservations} == {a.reservation, b.reservation}
+            with pytest.raises(NoPlace, match=r"no place of the fleet became free in 0\.5 s"):
+                await fleet.lease(exclude=["vlab-0"], timeout_s=0.5)
+        finally:
+            await a.release()
+            await b.release()
+        holders, reservations = _state(lab)
+        assert not any(holders.values()) and reservations == []
+
+    asyncio.run(run())
+
+
+def test_waiting_lease_gets_the_first_freed_place(tmp_path: Path, lab: hub.HubInfo) -> None:
+    """All places held: a lease waits (its reservations queued), and gets the place released."""
+    cfg = _cfg(tmp_path, lab, place_match="vlab-*")
+
+    async def run() -> None:
+        held = [await Fleet(cfg, user="a", host="h").lease() for _ in PLACES]
+        waiter = asyncio.create_task(Fleet(cfg, user="b", host="h").lease(timeout_s=20))
+        await asyncio.sleep(1.5)
+        assert not waiter.done()
+        _, reservations = _state(lab)
+        assert sum(r.state == 0 for r in reservations) == len(PLACES)  # b waits on every place
+        await held[1].release()
+        got = await waiter
+        try:
+            assert got.place == held[1].place
+            _, reservations = _state(lab)
+            assert len(reservations) == len(PLACES)  # b's other waiting reservations are gone
+        finally:
+            for lease in [*held, got]:
+                await lease.release()
+
+    asyncio.run(run())
+
+
+def test_keep_alive_notices_a_kicked_place(tmp_path: Path, lab: hub.HubInfo) -> None:
+    cfg = _cfg(tmp_path, lab, places=["vlab-0"])
+
+    async def run() -> None:
+        lease = await Fleet(cfg, user="a", host="h").lease(keepalive_s=0.2)
+        try:
+            subprocess.run([str(BIN / "labgrid-client"), "-x", lab.coordinator, "-p", "vlab-0",
+                            "release", "--kick"], check=True, capture_output=True, timeout=30,
+                           env={**os.environ, "LG_USERNAME": "admin"})
+            for _ in range(50):
+                if lease.lost:
+                    break
+                await asyncio.sleep(0.1)
+            assert lease.lost and "vlab-0" in lease.lost
+        finally:
+            await lease.release()
+
+    asyncio.run(run())
+
+
+RIVAL = textwrap.dedent("""
+    import asyncio, json, sys, time
+    from labwarden.lab.fleet import Fleet
+    from labwarden.lab.labgrid import LabgridConfig
+
+    async def main(cfg, until, out):
+        fleet = Fleet(LabgridConfig.model_validate_json(cfg), user="loop-b", host="rival")
+        while time.time() < until:
+            lease = await fleet.lease(timeout_s=30)
+            t0 = time.time()
+            await asyncio.sleep(0.3)
+            out.write(json.dumps([lease.place, t0, time.time()]) + "\\n"); out.flush()
+            await lease.release()
+
+    with open(sys.argv[3], "w") as out:
+        asyncio.run(main(sys.argv[1], float(sys.argv[2]), out))
+""")
+
+
+def test_two_loops_never_share_a_place(tmp_path: Path, lab: hub.HubInfo) -> None:
+    """Loop A (here) and loop B (another process, its own Fleet) lease from a fleet of two places
+    for ~6 s, holding each lease 0.3 s, while a third client, `labgrid-client reserve --wait` plus
+    `acquire`, takes one place by name now and then. No two holding intervals on a place overlap,
+    everyone gets places, and the coordinator never shows a place held by someone else than the
+    lease that says it holds it."""
+    cfg = _cfg(tmp_path, lab, places=["vlab-0", "vlab-1"])
+    until = time.time() + 6
+    log_b = tmp_path / "b.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    rival = subprocess.Popen([sys.executable, "-c", RIVAL, cfg.model_dump_json(), str(until), str(log_b)],
+                             env=env, stderr=subprocess.PIPE, text=True)
+    intervals: list[tuple[str, str, float, float]] = []
+
+    def client(*args: str) -> str:
+        return subprocess.run([str(BIN / "labgrid-client"), "-x", lab.coordinator, *args], check=True,
+                              capture_output=True, text=True, timeout=60,
+                              env={**env, "LG_USERNAME": "loop-c"}).stdout
+
+    async def loop_a() -> None:
+        fleet = Fleet(cfg, user="loop-a", host="h")
+        while time.time() < until:
+            lease = await fleet.lease(timeout_s=30)
+            t0 = time.time()
+            holders, _ = _state(lab)
+            assert holders[lease.place or ""] == "h/loop-a"
+            await asyncio.sleep(0.3)
+            intervals.append(("a", lease.place or "", t0, time.time()))
+            await lease.release()
+
+    async def loop_c() -> None:
+        # labgrid's own client, queued by the coordinator like the fleets: reserve, wait, acquire
+        while time.time() < until - 1:
+            out = await asyncio.to_thread(client, "reserve", "--wait", "--shell", "name=vlab-1")
+            token = out.split("LG_TOKEN=")[1].split()[0]
+            await asyncio.to_thread(client, "-p", f"+{token}", "acquire")
+            t0 = time.time()
+            await asyncio.sleep(0.3)
+            intervals.append(("c", "vlab-1", t0, time.time()))
+            await asyncio.to_thread(client, "-p", "vlab-1", "release")
+            await asyncio.to_thread(client, "cancel-reservation", token)
+
+    async def run() -> None:
+        await asyncio.gather(loop_a(), loop_c())
+
+    try:
+        asyncio.run(run())
+        _, err = rival.communicate(timeout=60)
+        assert rival.returncode == 0, err
+    finally:
+        rival.kill()
+    intervals += [("b", p, t0, t1) for p, t0, t1 in map(json.loads, log_b.read_text().splitlines())]
+    who = {w for w, *_ in intervals}
+    assert who == {"a", "b", "c"}, intervals
+    for place in ("vlab-0", "vlab-1"):
+        spans = sorted((t0, t1, w) for w, p, t0, t1 in intervals if p == place)
+        for (_, end, w1), (start, _, w2) in itertools.pairwise(spans):
+            assert end <= start, f"{place} held by {w1} and {w2} at once"
+    holders, reservations = _state(lab)
+    assert not any(holders.values()) and reservations == []
