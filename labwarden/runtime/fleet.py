@@ -184,29 +184,26 @@ class PlacePool:
             tried.append(place)
 
 
+FLEET_WIDE = ("build", "decision", "gates", "policy")
+"""What a place takes from the fleet's profile, whatever its own says: one build store and
+repo (submitted patches found by id), one pre-registered rule, one set of gates, one policy."""
+
+
 def place_profile(home: LabProfile, place: str) -> LabProfile:
     """The profile a place's calls run with: its own (`[dut.labgrid] place_profiles`: a vlab
-    fleet's DUT paths differ per place), else the fleet's. A place profile that does not share
-    the data dir, [build] and [decision] with the fleet's is refused: its experiments would
-    look for other patches, flash other builds, or judge by another rule."""
+    fleet's DUT paths differ per place) for the DUT side -- [dut], [flash], [load], [target],
+    [topology], [readers], [levers] -- with the fleet's data dir (one ledger) and the fleet's
+    FLEET_WIDE sections; the fleet's own profile when none is named."""
     lg = home.dut.labgrid
-    named = (getattr(lg, "place_profiles", None) or {}).get(place) if lg is not None else None
+    named = (lg.place_profiles or {}).get(place) if lg is not None else None
     if not named:
         return home
     path = Path(named).expanduser()
     if not path.is_absolute() and home.source:
         path = Path(home.source).parent / path
     own = LabProfile.from_file(path)
-    differs = [name for name, a, b in (
-        ("[lab] data_dir", own.data_dir(), home.data_dir()),
-        ("[build]", own.build.model_dump(), home.build.model_dump()),
-        ("[decision]", own.decision.model_dump(), home.decision.model_dump())) if a != b]
-    if differs:
-        raise LabError(f"the profile of place {place} ({path}) differs from the fleet's in "
-                       f"{', '.join(differs)}", "give every place profile the fleet profile's "
-                       "[lab] data_dir, [build] and [decision] (one ledger, one build store, one rule)",
-                       kind="invalid_input")
-    return own
+    lab = home.lab.model_copy(update={"data_dir": str(home.data_dir())})
+    return own.model_copy(update={"lab": lab, **{k: getattr(home, k) for k in FLEET_WIDE}})
 
 
 @contextlib.asynccontextmanager
@@ -257,10 +254,10 @@ async def open_place(home: LabSession, lease: PlaceLease, pool: PlacePool) -> As
 
 
 def is_fleet(profile: LabProfile) -> bool:
-    """Whether the profile names several places (`[dut.labgrid] places` or `place_match`)."""
+    """Whether the profile names a fleet (`[dut.labgrid] places`, `place_match` or `place_tags`)."""
     lg = profile.dut.labgrid
     return profile.dut.backend == "labgrid" and lg is not None and bool(
-        getattr(lg, "places", None) or getattr(lg, "place_match", None))
+        lg.places or lg.place_match or lg.place_tags)
 
 
 @contextlib.asynccontextmanager
