@@ -181,7 +181,6 @@ class Experiment(BaseModel):
     place: str | None = Field(None, description="the fleet place both arms ran on (None off a fleet)")
     reproduction: Reproduction | None = Field(
         None, description="the second screening of a candidate the first decided improved (fleet)")
-    retry_of: str | None = Field(None, description="the experiment this one retries (its place died)")
 
     @property
     def verdict(self) -> str | None:
