@@ -245,3 +245,77 @@ def test_two_loops_never_share_a_place(tmp_path: Path, lab: hub.HubInfo) -> None
             assert end <= start, f"{place} held by {w1} and {w2} at once"
     holders, reservations = _state(lab)
     assert not any(holders.values()) and reservations == []
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real `labwarden` CLI of this checkout (not the venv's entry point: it is another tree's)."""
+    return subprocess.run([sys.executable, "-m", "labwarden.cli.app", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": os.getcwd()})
+
+
+async def _in_dut(lease: Any) -> list[str]:
+    """$VLAB_ROOT and the CPUs an SSH session's shell may run on, on the lease's DUT."""
+    import asyncssh
+
+    ep = lease.endpoint()
+    known = asyncssh.import_known_hosts(f"[{ep.host}]:{ep.port} {ep.host_key}\n")
+    async with asyncssh.connect(ep.host, ep.port, username=ep.user, client_keys=[ep.key],
+                                known_hosts=known) as conn:
+        res = await conn.run("echo $VLAB_ROOT; grep Cpus_allowed_list /proc/self/status", check=True)
+    return str(res.stdout).split()
+
+
+@pytest.mark.vlab
+def test_vlab_up_places_2_then_down(tmp_path: Path) -> None:
+    """`vlab up --places 2`: two pinned vlabs as places of a real coordinator, the fleet profile
+    leases each (SSH into each DUT through its place); `down` leaves no process, place or cpuset."""
+    import tomllib
+
+    from labwarden.lab.host import cpupin
+    from labwarden.lab.host.pidfile import alive
+    from labwarden.vlab import procs
+
+    too_many = len(cpupin.host_cpus()) + 1
+    res = _cli("vlab", "up", "--places", str(too_many), "--dir", str(tmp_path / "big"))
+    assert res.returncode == 1 and f"--places {too_many}: this host has" in res.stderr
+    assert f"--places {too_many - 1} or fewer" in " ".join(res.stderr.split())
+    assert not (tmp_path / "big" / "fleet.json").exists()
+
+    dir = tmp_path / "fleet"
+    res = _cli("vlab", "up", "--places", "2", "--dir", str(dir))
+    record = json.loads((dir / "fleet.json").read_text()) if (dir / "fleet.json").exists() else None
+    try:
+        assert res.returncode == 0, res.stderr
+        assert record is not None and sorted(record["places"]) == ["vlab-0", "vlab-1"]
+        profile = tomllib.loads((dir / "lab.toml").read_text())
+        section = profile["dut"]["labgrid"]
+        assert profile["dut"]["backend"] == "labgrid" and section["places"] == ["vlab-0", "vlab-1"]
+        cfg = LabgridConfig(**section)
+
+        async def lease_both() -> dict[str, list[str]]:
+            fleet = Fleet(cfg, user="e2e", host="h")
+            assert await fleet.places() == ["vlab-0", "vlab-1"]
+            a, b = await fleet.lease(), await fleet.lease()
+            try:
+                return {a.place or "": await _in_dut(a), b.place or "": await _in_dut(b)}
+            finally:
+                await a.release()
+                await b.release()
+
+        seen = asyncio.run(lease_both())
+        cpus = cpupin.host_cpus()
+        assert seen == {f"vlab-{i}": [record["places"][f"vlab-{i}"], "Cpus_allowed_list:", str(cpus[i])]
+                        for i in range(2)}
+        pins = [cpupin.load(Path(record["places"][p]) / "run" / "cpu.pin") for p in ("vlab-0", "vlab-1")]
+        assert all(pin is not None and pin.tasks() for pin in pins)  # the DUTs run in their cpusets
+        hub_pids = json.loads((dir / "labgrid" / "hub.json").read_text())["pids"]
+        assert all(alive(pid) for pid in hub_pids.values())
+    finally:
+        down = _cli("vlab", "down", "--dir", str(dir))
+    assert down.returncode == 0, down.stderr
+    assert not any(alive(pid) for pid in hub_pids.values())
+    assert not (dir / "labgrid").exists() and not (dir / "fleet.json").exists()  # places.yaml went too
+    assert not hub._port_open(int(record["coordinator"].rsplit(":", 1)[1]))
+    for place_dir in record["places"].values():
+        assert procs.processes_under(Path(place_dir)) == []
+    assert all(pin is not None and (pin.cgroup is None or not pin.cgroup.exists()) for pin in pins)

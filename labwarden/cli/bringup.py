@@ -12,6 +12,9 @@ from rich.table import Table
 from labwarden.cli.common import out
 
 PortOpt = Annotated[int, typer.Option(help="SSH port on 127.0.0.1 (0 = a free one)")]
+PlacesOpt = Annotated[int, typer.Option(
+    help="a fleet: N DUTs as places of a labgrid coordinator started on 127.0.0.1 "
+    "(0 = one DUT, no coordinator)")]
 PatchOpt = Annotated[list[str] | None, typer.Option(
     help="build the firmware with this patch (id like 0901, or a path); repeatable")]
 

@@ -11,9 +11,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from labwarden.cli.bringup import PatchOpt, PortOpt, show_up
+from labwarden.cli.bringup import PatchOpt, PlacesOpt, PortOpt, show_up
 from labwarden.cli.common import JsonOpt, err, fail, fail_on, out
-from labwarden.vlab import control, curve
+from labwarden.core.errors import LabError
+from labwarden.lab.fleetdir import FleetDir
+from labwarden.vlab import control, curve, fleet
 
 app = typer.Typer(help="The virtual lab: a DUT of real processes, perf and SSH on loopback.",
                   no_args_is_help=True)
@@ -28,9 +30,17 @@ def vlab_up(
     dir: DirOpt = DEFAULT_VLAB_DIR,
     port: PortOpt = 0,
     patch: PatchOpt = None,
+    places: PlacesOpt = 0,
 ) -> None:
     """Create the state dir, build and flash the firmware, start the DUT and its SSH endpoint,
-    and write lab.toml (the lab profile every other command takes with --lab)."""
+    and write lab.toml (the lab profile every other command takes with --lab).
+    With --places N: N DUTs (DIR/vlab-0 ...), each pinned to a CPU of its own, as the places of a
+    labgrid coordinator and exporter started on 127.0.0.1, and DIR/lab.toml the fleet's profile."""
+    if places:
+        if port:
+            fail("--port and --places: a fleet's DUTs take free ports", "drop --port", code=2)
+        _fleet_up(dir, places, patch or [])
+        return
     try:
         with err.status("vlab up") as st:
             info = control.up(dir, port=port, patches=patch or [],
@@ -46,6 +56,22 @@ def vlab_up(
         ("firmware", f"git {info.git_hash[:12]}, build {info.build_id}"),
         ("processes", ", ".join(f"{k} {v}" for k, v in info.pids.items())),
     ], f"labwarden vlab associate 114 --dir {dir}")
+
+
+def _fleet_up(dir: Path, places: int, patches: list[str]) -> None:
+    try:
+        with err.status("vlab up") as st:
+            info = fleet.up(dir, places, patches, progress=lambda msg: st.update(f"vlab up: {msg}"))
+    except LabError as exc:
+        fail_on(exc)
+    for note in info.notes:
+        err.print(f"[yellow]note:[/yellow] {escape(note)}")
+    show_up("vlab", dir, [
+        ("fleet", info.root),
+        ("coordinator", f"{info.coordinator} (labgrid; `labgrid-client -x {info.coordinator} places`)"),
+        *((f"place {name}", f"{v.root} (ssh {v.ssh})") for name, v in info.places.items()),
+        ("lab profile", info.lab_toml),
+    ], f"labwarden lab health --lab {info.lab_toml}")
 
 
 @app.command("status")
@@ -125,6 +151,7 @@ def vlab_curve(dir: DirOpt = DEFAULT_VLAB_DIR, densities: DensitiesOpt = "18,60,
 
 @app.command("down")
 def vlab_down(dir: DirOpt = DEFAULT_VLAB_DIR) -> None:
-    """Stop everything the vlab started; nothing is left running."""
-    stopped = control.down(dir)
+    """Stop everything the vlab started; nothing is left running. For a fleet (up --places):
+    its coordinator and exporter (with its places and reservations) and every DUT."""
+    stopped = fleet.down(dir) if FleetDir.at(dir).is_fleet() else control.down(dir)
     out.print(f"vlab down: stopped {len(stopped)} process(es)")

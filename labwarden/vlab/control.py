@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
 from labwarden.lab import uci
+from labwarden.lab.host import cpupin
 from labwarden.lab.host.stasim import LoadError, StasimLoad
 from labwarden.lab.statedir import torn_down_on_failure
 from labwarden.vlab import firmware, procs, profile_writer, rpc, tuning
@@ -121,7 +122,8 @@ def _install_dut_scripts(layout: VlabLayout) -> None:
 
 
 def up(root: str | os.PathLike[str], port: int = 0, patches: list[str] | None = None,
-       progress: Callable[[str], None] = lambda _msg: None) -> VlabInfo:
+       progress: Callable[[str], None] = lambda _msg: None, cpu: int | None = None) -> VlabInfo:
+    """Bring the vlab up; `cpu`: pin the DUT (its daemon and all it starts) to that CPU."""
     layout = VlabLayout.at(root)
     notes: list[str] = []
     _check_toolchain()
@@ -162,7 +164,12 @@ def up(root: str | os.PathLike[str], port: int = 0, patches: list[str] | None = 
         progress("calibrating the work loop")
         _calibrate(layout)
         progress("starting the DUT (process manager + ssh)")
-        info = _start_dutd(layout, port)
+        pin = None
+        if cpu is not None:
+            pin = cpupin.pin_for(str(layout.root), cpu)
+            cpupin.save(pin, layout.run_dir / "cpu.pin")
+            notes.append(f"DUT pinned to CPU {cpu} by {pin.how}")
+        info = _start_dutd(layout, port, pin)
         profile_writer.write(layout, info_port=info, manifest=manifest)
         layout.record_first_flash(manifest.build_id)
     return VlabInfo(root=str(layout.root), ssh=f"127.0.0.1:{info}", lab_toml=str(layout.lab_toml),
@@ -170,13 +177,14 @@ def up(root: str | os.PathLike[str], port: int = 0, patches: list[str] | None = 
                     build_id=manifest.build_id, pids=_service_pids(layout), notes=notes)
 
 
-def _start_dutd(layout: VlabLayout, port: int) -> int:
+def _start_dutd(layout: VlabLayout, port: int, pin: cpupin.Pin | None = None) -> int:
     with contextlib.suppress(FileNotFoundError):
         layout.ssh_port_file.unlink()
     out = (layout.logs / "dutd.out").open("ab")
     proc = subprocess.Popen([sys.executable, "-m", "labwarden.vlab.dutd", str(layout.root),
                              "--port", str(port)], stdin=subprocess.DEVNULL, stdout=out,
-                            stderr=out, start_new_session=True, cwd=str(layout.root))
+                            stderr=out, start_new_session=True, cwd=str(layout.root),
+                            preexec_fn=pin.preexec() if pin else None)
     out.close()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -224,6 +232,13 @@ def down(root: str | os.PathLike[str]) -> list[int]:
             (layout.run_dir / f"{name}.pid").unlink()
     with contextlib.suppress(FileNotFoundError):
         layout.ssh_port_file.unlink()
+    pin = cpupin.load(layout.run_dir / "cpu.pin")
+    if pin is not None:
+        for pid in pin.tasks():  # anything else the DUT started, wherever its executable lives
+            if procs.stop(pid, timeout=2):
+                stopped.append(pid)
+        cpupin.unpin(pin)
+        (layout.run_dir / "cpu.pin").unlink()
     return stopped
 
 

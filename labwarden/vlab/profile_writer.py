@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 
 from labwarden.vlab import firmware, tuning
 from labwarden.vlab.layout import SERVICES, VlabLayout
@@ -15,6 +17,19 @@ from labwarden.vlab.profile_sections import (
 )
 from labwarden.vlab.profile_sections import q as _q
 from labwarden.vlab.profile_sections import table as _table
+
+
+@dataclass(frozen=True)
+class FleetProfile:
+    """What a fleet's profile adds to its first vlab's: where the places are."""
+
+    dest: Path
+    env_yaml: Path
+    coordinator: str
+    places: list[str]
+    place_profiles: dict[str, str]
+    data_dir: Path
+
 
 PROTECTED = ["stamon.c", "stasim.c", "stacli.c", "measure.sh", "costs.h", "work.c", "work.h"]
 """What a submitted patch may not touch on the vlab: the monitor (the offered load), the load
@@ -52,16 +67,16 @@ whether its values equal the full reply's (asked up to 3 times: a second boundar
 two calls moves the counters). A and B must print the same."""
 
 
-def write(layout: VlabLayout, info_port: int, manifest: firmware.BuildManifest) -> None:
+def write(layout: VlabLayout, info_port: int, manifest: firmware.BuildManifest, *,
+          fleet: FleetProfile | None = None) -> None:
+    """The vlab's lab.toml; with `fleet`, the fleet's profile instead (written to fleet.dest):
+    the DUT reached through the fleet's labgrid places, this vlab's paths as the first place's."""
     r = layout.root
     with open(str(layout.host_key) + ".pub") as f:
         host_key_line = f.read().strip()
-    text = f"""# labwarden lab profile for the virtual lab in {r}
-# Written by `labwarden vlab up`; a real lab differs only in this file.
-
-{lab_section("vlab", "vlab", layout.data_dir)}
-[dut]
-backend = "ssh"
+    if fleet is None:
+        header = f"# labwarden lab profile for the virtual lab in {r}"
+        reach = f"""backend = "ssh"
 # every DUT command gets this environment (no login shell runs, so nothing else sets PATH)
 env = {{ {", ".join(f"{k} = {_q(v)}" for k, v in layout.dut_env().items() if k != "HOME")} }}
 
@@ -71,7 +86,27 @@ port = {info_port}
 user = "root"
 key = {_q(str(layout.client_key))}
 host_key = {_q(host_key_line)}
+"""
+    else:
+        header = (f"# labwarden lab profile for a fleet of {len(fleet.places)} vlabs in {fleet.dest.parent}, "
+                  f"one labgrid place each\n# (coordinator {fleet.coordinator}); the paths below are "
+                  f"{fleet.places[0]}'s, place_profiles has each place's own")
+        reach = f"""backend = "labgrid"
+env = {{ {", ".join(f"{k} = {_q(v)}" for k, v in layout.dut_env().items() if k != "HOME")} }}
 
+[dut.labgrid]
+env = {_q(str(fleet.env_yaml))}
+coordinator = {_q(fleet.coordinator)}
+host_key = {_q(host_key_line)}
+places = {json.dumps(fleet.places)}
+place_profiles = {_table(fleet.place_profiles)}
+"""
+    text = f"""{header}
+# Written by `labwarden vlab up`; a real lab differs only in this file.
+
+{lab_section("vlab", "vlab", fleet.data_dir if fleet else layout.data_dir)}
+[dut]
+{reach}
 [dut.paths]
 root = {_q(str(r))}
 rootfs = {_q(str(layout.rootfs))}
@@ -141,4 +176,4 @@ parity_check = {json.dumps(["sh", "-c", PARITY_CHECK, "lw-parity", str(layout.so
 [policy]
 heal = ["governor", "boost", "topology", "procmgr"]
 """
-    layout.lab_toml.write_text(text)
+    (fleet.dest if fleet else layout.lab_toml).write_text(text)

@@ -1,0 +1,89 @@
+"""Where a local fleet (`vlab up --places N`, `qlab up --places N`) keeps its parts.
+
+DIR/fleet.json marks DIR as a fleet (what `down` looks for); DIR/PLACE/ is each DUT's own state
+dir (a vlab or a qlab, with its own lab.toml); DIR/labgrid/ the coordinator and exporter
+(lab/hub.py); DIR/labgrid-env.yaml the env whose RemotePlace names a template place;
+DIR/lab.toml the fleet's profile; DIR/data its one ledger.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from labwarden.lab.host import cpupin
+from labwarden.lab.host.cpupin import PinError
+
+
+class FleetRecord(BaseModel):
+    kind: Literal["vlab", "qlab"]
+    coordinator: str
+    places: dict[str, str]
+    """place -> its DUT's state dir"""
+
+
+@dataclass(frozen=True)
+class FleetDir:
+    root: Path
+
+    @classmethod
+    def at(cls, root: str | Path) -> FleetDir:
+        return cls(Path(root).expanduser().resolve())
+
+    @property
+    def record_file(self) -> Path:
+        return self.root / "fleet.json"
+
+    @property
+    def hub(self) -> Path:
+        return self.root / "labgrid"
+
+    @property
+    def env_yaml(self) -> Path:
+        return self.root / "labgrid-env.yaml"
+
+    @property
+    def lab_toml(self) -> Path:
+        return self.root / "lab.toml"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    def place_dir(self, place: str) -> Path:
+        return self.root / place
+
+    def record(self) -> FleetRecord | None:
+        try:
+            return FleetRecord.model_validate_json(self.record_file.read_text())
+        except FileNotFoundError:
+            return None
+
+    def is_fleet(self) -> bool:
+        return self.record_file.exists()
+
+
+def place_names(kind: str, n: int) -> list[str]:
+    return [f"{kind}-{i}" for i in range(n)]
+
+
+def cpus_for(n: int, option: str = "--places") -> list[int]:
+    """One CPU per DUT: the first `n` this host runs processes on; PinError if it has fewer."""
+    cpus = cpupin.host_cpus()
+    if n > len(cpus):
+        listed = ", ".join(map(str, cpus))
+        raise PinError(f"{option} {n}: this host has {len(cpus)} CPU(s) ({listed}) and each "
+                       "local DUT of a fleet is pinned to a CPU of its own (two DUTs on one CPU measure "
+                       "each other)", f"use {option} {len(cpus)} or fewer")
+    return cpus[:n]
+
+
+def env_yaml(first_place: str, keyfile: Path | None, extra: str = "") -> str:
+    """The fleet's env YAML: a RemotePlace whose name each lease replaces, the SSH key."""
+    driver = f"    drivers:\n      SSHDriver: {{keyfile: '{keyfile}'}}\n" if keyfile else ""
+    return (f"# labgrid env of a fleet, written by labwarden: RemotePlace is a template, a lease names "
+            f"its place\ntargets:\n  main:\n    resources:\n      RemotePlace: {{name: {first_place}}}\n"
+            f"{driver}{extra}")
