@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -133,6 +134,28 @@ def fleet_experiments(profile: LabProfile, sid: str) -> list[Experiment]:
     records = RecordStore(profile.data_dir())
     exps = [records.load("exp", i, Experiment) for i in records.ids("exp")]
     return [x for x in exps if x.session_id == sid]
+
+
+def fleet_up(root: Path, places: int) -> Path:
+    from labwarden.vlab import fleet
+
+    return Path(fleet.up(root, places, progress=lambda m: print(m, flush=True)).lab_toml)
+
+
+def fleet_down(root: Path) -> None:
+    from labwarden.vlab import fleet
+
+    fleet.down(root)
+
+
+def one_place_profile(lab: Path) -> Path:
+    """The fleet's profile narrowed to its first place (the same DUT, paths and rule)."""
+    text = lab.read_text()
+    places = json.loads(re.search(r"^places = (.*)$", text, flags=re.M).group(1))  # type: ignore[union-attr]
+    one = lab.with_name("lab-one-place.toml")
+    one.write_text(re.sub(r"^places = .*$", f"places = {json.dumps(places[:1])}", text, count=1,
+                          flags=re.M))
+    return one
 
 
 def main_fleet(places: int) -> None:

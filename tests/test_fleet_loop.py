@@ -171,11 +171,10 @@ def test_experiments_spread_and_a_keep_is_reproduced_elsewhere(fleet: vlab_fleet
     measured = [c for c in calls if c.measured]
     assert measured and all(c.place in fleet.places for c in measured)
     # both arms on one place: the bulk experiment's windows on its place, then on the other's
-    tree = {c.call.id: c for c in calls}
     top = next(c for c in calls if c.call.tool == "experiment" and c.call.result
                and c.call.result["experiment_id"] == bulk.id)
     under = [c for c in calls if c.parent_id == top.call.id and c.call.tool == "flash"]
-    assert {c.place for c in under} == {bulk.place, rep.place} and tree
+    assert {c.place for c in under} == {bulk.place, rep.place}
     summary = res.summary.read_text()
     assert f"on place {bulk.place}" in summary and "## Places (fleet health)" in summary
     health = HealthStore(LabProfile.from_file(lab).data_dir()).all()
@@ -232,8 +231,10 @@ def test_a_dead_place_is_marked_bad_and_its_experiment_retried(fleet: vlab_fleet
     (other,) = set(fleet.places) - {dead}
     first, retry = experiments(lab, res.session_id)
     assert (first.place, first.decision) == (dead, "failed"), first.reason
+    # judged again in full on the other place (a no-op: "same", or undecided at the cap when
+    # the box is busy -- never kept, never failed)
     assert retry.place == other and retry.decision in ("refuted", "dropped"), retry.reason
-    assert retry.verdict in ("same", "improved", "regressed"), retry.reason
+    assert retry.screening is not None and retry.screening.final.n_b >= 3, retry.reason
     health = HealthStore(LabProfile.from_file(lab).data_dir()).all()
     assert health[dead].state == "bad" and "does not answer" in (health[dead].reason or "")
     assert health[other].state == "good"
