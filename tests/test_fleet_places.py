@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -128,6 +129,13 @@ def test_waiting_lease_gets_the_first_freed_place(tmp_path: Path, lab: hub.HubIn
 
     async def run() -> None:
         held = [await Fleet(cfg, user="a", host="h").lease() for _ in PLACES]
+        # a waiting lease that is cancelled takes its reservations with it
+        gone = asyncio.create_task(Fleet(cfg, user="c", host="h").lease())
+        await _queued(lab, "h/c")
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        assert not any(r.owner == "h/c" for r in _state(lab)[1])
         waiter = asyncio.create_task(Fleet(cfg, user="b", host="h").lease(timeout_s=20))
         await asyncio.sleep(1.5)
         assert not waiter.done()
@@ -186,13 +194,13 @@ RIVAL = textwrap.dedent("""
 
 
 def test_two_loops_never_share_a_place(tmp_path: Path, lab: hub.HubInfo) -> None:
-    """Loop A (here) and loop B (another process, its own Fleet) lease from a fleet of two places
-    for ~6 s, holding each lease 0.3 s, while a third client, `labgrid-client reserve --wait` plus
-    `acquire`, takes one place by name now and then. No two holding intervals on a place overlap,
-    everyone gets places, and the coordinator never shows a place held by someone else than the
-    lease that says it holds it."""
+    """Loop A (here) and loop B (another process, its own Fleet, started first) lease from a fleet
+    of two places for a few seconds, holding each lease 0.3 s, while a third client,
+    `labgrid-client reserve --wait` plus `acquire`, takes one place by name now and then. No two
+    holding intervals on a place overlap, everyone gets places, and the coordinator never shows a
+    place held by someone else than the lease that says it holds it."""
     cfg = _cfg(tmp_path, lab, places=["vlab-0", "vlab-1"])
-    until = time.time() + 6
+    until = time.time() + 7
     log_b = tmp_path / "b.jsonl"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     rival = subprocess.Popen([sys.executable, "-c", RIVAL, cfg.model_dump_json(), str(until), str(log_b)],
@@ -231,6 +239,10 @@ def test_two_loops_never_share_a_place(tmp_path: Path, lab: hub.HubInfo) -> None
         await asyncio.gather(loop_a(), loop_c())
 
     try:
+        for _ in range(300):  # B (a Python process importing labgrid) is leasing: A and C join it
+            if rival.poll() is not None or (log_b.exists() and log_b.read_text()):
+                break
+            time.sleep(0.05)
         asyncio.run(run())
         _, err = rival.communicate(timeout=60)
         assert rival.returncode == 0, err
@@ -310,12 +322,147 @@ def test_vlab_up_places_2_then_down(tmp_path: Path) -> None:
         assert all(pin is not None and pin.tasks() for pin in pins)  # the DUTs run in their cpusets
         hub_pids = json.loads((dir / "labgrid" / "hub.json").read_text())["pids"]
         assert all(alive(pid) for pid in hub_pids.values())
+        status = json.loads(_cli("vlab", "status", "--json", "--dir", str(dir)).stdout)
+        assert status["up"] and status["coordinator"] == record["coordinator"]
+        assert sorted(status["places"]) == ["vlab-0", "vlab-1"]
     finally:
         down = _cli("vlab", "down", "--dir", str(dir))
     assert down.returncode == 0, down.stderr
+    assert _cli("vlab", "status", "--dir", str(dir)).returncode == 1  # nothing up there
     assert not any(alive(pid) for pid in hub_pids.values())
     assert not (dir / "labgrid").exists() and not (dir / "fleet.json").exists()  # places.yaml went too
     assert not hub._port_open(int(record["coordinator"].rsplit(":", 1)[1]))
     for place_dir in record["places"].values():
         assert procs.processes_under(Path(place_dir)) == []
     assert all(pin is not None and (pin.cgroup is None or not pin.cgroup.exists()) for pin in pins)
+
+
+
+async def _queued(lab: hub.HubInfo, owner: str) -> None:
+    """Until a reservation of `owner` (or of an owner ending so) waits on the coordinator."""
+    for _ in range(300):
+        if any(r.owner.endswith(owner) and r.state == 0 for r in _state(lab)[1]):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no waiting reservation of {owner}")
+
+
+def test_waiting_clients_queue_fairly(tmp_path: Path, lab: hub.HubInfo) -> None:
+    """With every place held, `labgrid-client reserve --wait name=vlab-0` queues first and a
+    fleet lease second: the freed vlab-0 goes to labgrid-client (the lease does not jump the
+    queue), the next freed place to the lease; a higher-priority lease is served first."""
+    cfg = _cfg(tmp_path, lab, place_match="vlab-*")
+    env = {**os.environ, "LG_USERNAME": "queued"}
+
+    def client(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([str(BIN / "labgrid-client"), "-x", lab.coordinator, *args], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    async def run() -> None:
+        leases = [await Fleet(cfg, user="a", host="h").lease() for _ in PLACES]
+        held = {lease.place: lease for lease in leases}
+        first = client("reserve", "--wait", "--shell", "name=vlab-0")
+        await _queued(lab, "/queued")  # before the lease below (labgrid-client takes ~0.5 s to start)
+        second = asyncio.create_task(Fleet(cfg, user="b", host="h").lease(timeout_s=20))
+        await _queued(lab, "h/b")
+        await held["vlab-0"].release()
+        out, err = await asyncio.to_thread(first.communicate, timeout=20)
+        assert first.returncode == 0, err
+        token = out.split("LG_TOKEN=")[1].split()[0]
+        await asyncio.sleep(1.0)  # the lease polls every 0.5 s
+        assert not second.done()  # vlab-0 is the queued client's, not the lease's
+        await held["vlab-2"].release()
+        got = await second
+        assert got.place == "vlab-2"
+        # priorities: with vlab-2 held by b, a low and then a high lease wait; vlab-1 goes to high
+        low = asyncio.create_task(Fleet(cfg, user="low", host="h").lease(timeout_s=20))
+        await _queued(lab, "h/low")
+        high = asyncio.create_task(Fleet(cfg, user="high", host="h").lease(timeout_s=20, prio=1.0))
+        await _queued(lab, "h/high")
+        await held["vlab-1"].release()
+        top = await high
+        assert top.place == "vlab-1" and not low.done()
+        await got.release()
+        bottom = await low
+        assert bottom.place == "vlab-2"
+        for lease in (top, bottom):
+            await lease.release()
+        await asyncio.to_thread(subprocess.run, [str(BIN / "labgrid-client"), "-x", lab.coordinator,
+                                                 "cancel-reservation", token], env=env, check=True,
+                                capture_output=True, timeout=30)
+
+    asyncio.run(run())
+    holders, reservations = _state(lab)
+    assert not any(holders.values()) and reservations == []
+
+
+def test_cpu_pins_by_cpuset_and_by_affinity() -> None:
+    """A pin holds a process and what it forks to its CPU: by the cpuset where the host has a
+    writable cpuset v1 (removed again, refused while a process is in it), else by affinity."""
+    from labwarden.lab.host import cpupin
+
+    cpu = cpupin.host_cpus()[-1]
+    for pin in (cpupin.pin_for("test-" + str(os.getpid()), cpu), cpupin.Pin(cpu, None)):
+        proc = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], preexec_fn=pin.preexec())
+        children: list[int] = []
+        try:
+            for _ in range(100):
+                listed = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text()
+                children = [int(p) for p in listed.split()]
+                if children:
+                    break
+                time.sleep(0.02)
+            assert children
+            for pid in [proc.pid, *children]:
+                status = Path(f"/proc/{pid}/status").read_text()
+                assert f"Cpus_allowed_list:\t{cpu}\n" in status, (pin, pid)
+            if pin.cgroup is not None:
+                assert proc.pid in pin.tasks() and len(pin.tasks()) == 2
+                with pytest.raises(cpupin.PinError, match="still run in"):
+                    cpupin.unpin(pin)
+        finally:
+            for pid in children:
+                os.kill(pid, signal.SIGKILL)
+            proc.kill()
+            proc.wait()
+            for _ in range(100):  # the killed sleep leaves the cpuset once init reaps it
+                if not pin.tasks():
+                    break
+                time.sleep(0.02)
+        cpupin.unpin(pin)
+        assert pin.cgroup is None or not pin.cgroup.exists()
+
+
+def test_a_place_without_its_resource_is_skipped(tmp_path: Path, lab: hub.HubInfo) -> None:
+    """A place whose match finds no exported resource (its exporter gone) is given back: the lease
+    takes another place; with no other place it fails naming the place and why."""
+    def coordinator(*requests: Any) -> None:
+        """Place requests in-process (`labgrid-client -p broken create` etc. take ~1 s each)."""
+        def send(session: Any) -> None:
+            for request in requests:
+                method = type(request).__name__.removesuffix("Request")
+                session.loop.run_until_complete(getattr(session.stub, method)(request))
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(in_session, lab.coordinator, "admin", "h", send).result()
+
+    from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
+
+    coordinator(pb2.AddPlaceRequest(name="broken"), pb2.AddPlaceMatchRequest(
+        placename="broken", pattern="gone-exporter/broken/NetworkService"))
+    try:
+        async def run() -> None:
+            fleet = Fleet(_cfg(tmp_path, lab, places=["broken", "vlab-1"]), user="a", host="h")
+            lease = await fleet.lease(prefer="broken", timeout_s=10)
+            try:
+                assert lease.place == "vlab-1"
+            finally:
+                await lease.release()
+            with pytest.raises(NoPlace, match=r"broken: place broken: ") as exc:
+                await Fleet(_cfg(tmp_path, lab, places=["broken"]), user="a", host="h").lease(timeout_s=10)
+            assert "show" in exc.value.remedy
+
+        asyncio.run(run())
+        holders, reservations = _state(lab)
+        assert not any(holders.values()) and reservations == []
+    finally:
+        coordinator(pb2.DeletePlaceRequest(name="broken"))

@@ -290,6 +290,45 @@ async def test_a_wrong_image_fails_verification(qlab: Qlab) -> None:
     assert out["git_hash_running"] != wrong["git_hash"]
 
 
+def test_a_qlab_place_joins_the_fleet(qlab: Qlab, tmp_path: Path) -> None:
+    """This qlab as the place of a fleet (qlab.fleet.join: what `qlab up --places N` does after the
+    boots): a real coordinator and exporter; the fleet profile is a valid lab profile whose
+    lease reaches the guest through the place (its boot_id over SSH is the qlab's); leaving the
+    fleet stops the coordinator and exporter and leaves the qlab running."""
+    import json
+
+    from labwarden.lab.fleet import Fleet
+    from labwarden.lab.host.pidfile import alive
+    from labwarden.qlab import fleet as qlab_fleet
+
+    dir = tmp_path / "qfleet"
+    try:
+        info = qlab_fleet.join(dir, {"qlab-0": qlab.info})
+        profile = LabProfile.from_file(info.lab_toml)
+        assert profile.dut.backend == "labgrid" and profile.flash.kind == "sysupgrade"
+        assert profile.dut.labgrid is not None and profile.dut.labgrid.places == ["qlab-0"]
+        assert profile.dut.labgrid.place_profiles == {"qlab-0": qlab.info.lab_toml}
+        cfg = LabgridConfig(**profile.dut.labgrid.model_dump())
+
+        async def boot_id_through_the_place() -> tuple[str | None, str]:
+            lease = await Fleet(cfg, user="q", host="h").lease(timeout_s=10)
+            try:
+                res = await guestssh.run(lease.endpoint(), ["cat", "/proc/sys/kernel/random/boot_id"], 60)
+                return lease.place, res.stdout.strip()
+            finally:
+                await lease.release()
+
+        place, boot_id = asyncio.run(boot_id_through_the_place())
+        assert place == "qlab-0" and boot_id == control.status(qlab.root).boot_id
+        hub_pids = json.loads((dir / "labgrid" / "hub.json").read_text())["pids"]
+        res = CliRunner().invoke(app, ["qlab", "status", "--json", "--dir", str(dir)])
+        assert res.exit_code == 0 and json.loads(res.output)["places"]["qlab-0"]["state"] == "shell"
+    finally:
+        qlab_fleet.down(dir, keep_qlabs=True)
+    assert not any(alive(pid) for pid in hub_pids.values()) and not (dir / "labgrid").exists()
+    assert control.status(qlab.root).up
+
+
 def test_down_leaves_no_qemu(qlab: Qlab) -> None:
     runner = CliRunner()
     pids = procs.qemu_pids(qlab.layout)

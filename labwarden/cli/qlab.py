@@ -12,10 +12,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from labwarden.cli.bringup import PatchOpt, PortOpt, show_up
-from labwarden.cli.common import JsonOpt, err, fail_on, out
+from labwarden.cli.bringup import PatchOpt, PlacesOpt, PortOpt, show_up
+from labwarden.cli.common import JsonOpt, err, fail, fail_on, out
 from labwarden.core.errors import LabError
-from labwarden.qlab import control, image
+from labwarden.lab.fleetdir import FleetDir
+from labwarden.qlab import control, fleet, image
 
 app = typer.Typer(help="The qlab: a real-kernel DUT under QEMU (labgrid), mac80211_hwsim radios, "
                   "hostapd APs, wpa_supplicant clients.", no_args_is_help=True)
@@ -62,12 +63,33 @@ def qlab_up(
         "--traffic", help="the traffic variant: lan/wan NICs on taps bridged to host netns "
         "lwlan/lwwan, the guest routing lan -> wan through nftables (/etc/config/firewall), and "
         "a profile whose load section is kind = \"iperf3\" (one traffic qlab per host)")] = False,
+    places: PlacesOpt = 0,
 ) -> None:
     """Build what is missing (image, firmware), boot the guest through labgrid (QEMUDriver +
-    QlabStrategy), wait for its APs, and write lab.toml (--traffic: the router variant)."""
+    QlabStrategy), wait for its APs, and write lab.toml (--traffic: the router variant).
+    With --places N: N qlabs (DIR/qlab-0 ...) as the places of a labgrid coordinator and exporter
+    started on 127.0.0.1, and DIR/lab.toml the fleet's profile."""
     if accel not in ("auto", "kvm", "tcg"):
         fail_on(LabError(f"--accel must be auto, kvm or tcg, got {accel!r}", "e.g. --accel tcg"), 2)
     mode = cast(Literal["auto", "kvm", "tcg"], accel)  # checked just above
+    if places:
+        if port or traffic:
+            fail("--places with --port or --traffic: a fleet's qlabs take free ports, and one "
+                 "traffic qlab fits a host", "drop --port / --traffic", code=2)
+        try:
+            with err.status("qlab up") as st:
+                finfo = fleet.up(dir, places, accel=mode, clock=clock, memory=memory, smp=smp,
+                                patches=patch or [], progress=lambda m: st.update(f"qlab up: {escape(m)}"))
+        except LabError as exc:
+            fail_on(exc)
+        show_up("qlab", dir, [
+            ("fleet", finfo.root),
+            ("coordinator", f"{finfo.coordinator} (labgrid; `labgrid-client -x {finfo.coordinator} places`)"),
+            *((f"place {name}", f"{q.root} (ssh {q.ssh}, clock {q.clock.spec})")
+              for name, q in finfo.places.items()),
+            ("lab profile", finfo.lab_toml),
+        ], f"labwarden lab health --lab {finfo.lab_toml}")
+        return
     try:
         with err.status("qlab up") as st:
             info = control.up(dir, accel=mode, clock=clock, memory=memory, smp=smp, port=port,
@@ -92,7 +114,22 @@ def qlab_up(
 def qlab_status(dir: DirOpt = DEFAULT_QLAB_DIR,
                 guest: Annotated[bool, typer.Option("--guest", help="also ask the guest")] = False,
                 json_out: JsonOpt = False) -> None:
-    """Whether the qlab is up (its daemon, QEMU, the strategy's state, the boot_id)."""
+    """Whether the qlab is up (its daemon, QEMU, the strategy's state, the boot_id); for a fleet:
+    the coordinator and each place's qlab."""
+    if FleetDir.at(dir).is_fleet():
+        fst = fleet.status(dir)
+        if json_out:
+            out.print_json(fst.model_dump_json())
+        else:
+            table = Table("what", "value", show_header=False)
+            table.add_row("coordinator", f"{fst.coordinator} ({'up' if fst.coordinator_up else 'DOWN'})")
+            for name, pst in fst.places.items():
+                ssh = f", ssh {pst.ssh}" if pst.ssh else ""
+                table.add_row(f"place {name}", f"{pst.root}: {pst.state}{ssh}")
+            out.print(table)
+        if not fst.up:
+            raise typer.Exit(1)
+        return
     st = control.status(dir, ask_guest=guest)
     if json_out:
         out.print_json(st.model_dump_json())
@@ -112,9 +149,15 @@ def qlab_status(dir: DirOpt = DEFAULT_QLAB_DIR,
 
 @app.command("down")
 def qlab_down(dir: DirOpt = DEFAULT_QLAB_DIR) -> None:
-    """Power the guest off through the strategy and stop everything the qlab started."""
-    stopped = control.down(dir)
-    left = control.status(dir).qemu_pids
+    """Power the guest off through the strategy and stop everything the qlab started. For a
+    fleet (up --places): its coordinator and exporter (places, reservations) and every qlab."""
+    record = FleetDir.at(dir).record()
+    if record is not None:
+        stopped = fleet.down(dir)
+        left = [pid for root in record.places.values() for pid in control.status(root).qemu_pids]
+    else:
+        stopped = control.down(dir)
+        left = control.status(dir).qemu_pids
     out.print(f"qlab down: stopped {len(stopped)} process(es)"
               + (f"; QEMU still running: {json.dumps(left)}" if left else ""))
     if left:

@@ -77,7 +77,11 @@ def _fleet_up(dir: Path, places: int, patches: list[str]) -> None:
 @app.command("status")
 def vlab_status(dir: DirOpt = DEFAULT_VLAB_DIR,
                 json_out: JsonOpt = False) -> None:
-    """Show whether the vlab is up, its processes, running firmware, stations and tuning."""
+    """Show whether the vlab is up, its processes, running firmware, stations and tuning (for a
+    fleet: each place's DUT and the coordinator)."""
+    if FleetDir.at(dir).is_fleet():
+        _fleet_status(dir, json_out)
+        return
     st = control.status(dir)
     if json_out:
         out.print_json(st.model_dump_json())
@@ -99,6 +103,21 @@ def vlab_status(dir: DirOpt = DEFAULT_VLAB_DIR,
         table.add_row("trace zone levels", " ".join(map(str, hot)))
         table.add_row("stamon rpc", st.state.stamon_rpc)
     out.print(table)
+
+
+def _fleet_status(dir: Path, json_out: bool) -> None:
+    fst = fleet.status(dir)
+    if json_out:
+        out.print_json(fst.model_dump_json())
+    else:
+        table = Table("what", "value", show_header=False)
+        table.add_row("coordinator", f"{fst.coordinator} ({'up' if fst.coordinator_up else 'DOWN'})")
+        for name, st in fst.places.items():
+            table.add_row(f"place {name}", f"{st.root}: " + (
+                f"up, ssh 127.0.0.1:{st.ssh_port}, running {st.running_version or '?'}" if st.up else "DOWN"))
+        out.print(table)
+    if not fst.up:
+        raise typer.Exit(1)
 
 
 @app.command("associate")

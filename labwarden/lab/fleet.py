@@ -83,15 +83,18 @@ class Fleet:
         return names
 
     async def lease(self, *, exclude: Collection[str] = (), prefer: str | None = None,
-                    timeout_s: float | None = None, keepalive_s: float = KEEPALIVE_S) -> PlaceLease:
+                    timeout_s: float | None = None, prio: float = 0.0,
+                    keepalive_s: float = KEEPALIVE_S) -> PlaceLease:
         """Wait for a free matching place not in `exclude` (`prefer` first if it is free too),
         acquire it and return the held lease, its reservation polled every `keepalive_s` until
-        `release()`. NoPlace if none matches or none became free within `timeout_s`."""
+        `release()`. Waiting reservations are served by `prio` (higher first), then age, as
+        labgrid's scheduler orders them. NoPlace if none matches or none became free within
+        `timeout_s`."""
         stop = threading.Event()
         pool = ThreadPoolExecutor(1, thread_name_prefix=f"labgrid-fleet-{self.cfg.target}")
         future = pool.submit(in_session, self.coordinator, self.user, self.host,
                              lambda session: self._reserve_and_acquire(
-                                 session, set(exclude), prefer, timeout_s, stop))
+                                 session, set(exclude), prefer, timeout_s, prio, stop))
         try:
             lease = await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -143,7 +146,7 @@ class Fleet:
         return found
 
     def _reserve_and_acquire(self, session: Any, exclude: set[str], prefer: str | None,
-                             timeout_s: float | None, stop: threading.Event) -> PlaceLease:
+                             timeout_s: float | None, prio: float, stop: threading.Event) -> PlaceLease:
         import grpc
         from labgrid.remote.common import ReservationState
         from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
@@ -158,11 +161,12 @@ class Fleet:
             candidates.insert(0, prefer)
         loop = session.loop
         tokens: dict[str, str] = {}
+        unusable: dict[str, str] = {}
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             for name in candidates:
                 request = pb2.CreateReservationRequest(
-                    filters={"main": pb2.Reservation.Filter(filter={"name": name})}, prio=0.0)
+                    filters={"main": pb2.Reservation.Filter(filter={"name": name})}, prio=prio)
                 try:
                     response = loop.run_until_complete(session.stub.CreateReservation(request))
                 except grpc.aio.AioRpcError as exc:
@@ -189,6 +193,14 @@ class Fleet:
                         cancel_reservation(session, tokens.pop(name))
                         reschedule(session)
                         continue
+                    except LabgridError as exc:
+                        # this place cannot be used (its exporter gone, a resource only its exporter
+                        # reaches): give it back and keep waiting for the others
+                        unusable[name] = exc.problem
+                        lease.reservation = tokens.pop(name)
+                        lease._release(session)
+                        reschedule(session)
+                        continue
                     except BaseException:
                         if lease.held:
                             lease._release(session)
@@ -196,9 +208,12 @@ class Fleet:
                     del tokens[name]  # the lease owns it now
                     return lease
                 if not tokens:
+                    why = "; ".join(f"{name}: {problem}" for name, problem in unusable.items()) or \
+                        "places deleted, or acquired without a reservation by this identity"
                     raise NoPlace(f"the reservations for {', '.join(candidates)} ended without a place "
-                                  "(places deleted, or acquired without a reservation by this identity)",
-                                  f"`labgrid-client -x {self.coordinator} places` shows who holds them")
+                                  f"({why})",
+                                  f"`labgrid-client -x {self.coordinator} places` shows who holds them; "
+                                  "`-p PLACE show` what a place matches")
                 if deadline is not None and time.monotonic() > deadline:
                     raise NoPlace(f"no place of the fleet became free in {timeout_s:g} s: "
                                   f"{self._holders(session, candidates)}",

@@ -8,6 +8,7 @@ DIR/lab.toml the fleet's profile; DIR/data its one ledger.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -64,6 +65,27 @@ class FleetDir:
 
     def is_fleet(self) -> bool:
         return self.record_file.exists()
+
+
+@dataclass(frozen=True)
+class FleetProfile:
+    """What a fleet's profile adds to its first DUT's profile: where the places are."""
+
+    dest: Path
+    env_yaml: Path
+    coordinator: str
+    places: list[str]
+    place_profiles: dict[str, str]
+    data_dir: Path
+
+
+def fleet_labgrid_section(fleet: FleetProfile, host_key: str) -> str:
+    """The fleet profile's [dut.labgrid]."""
+    places = ", ".join(json.dumps(p) for p in fleet.places)
+    profiles = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in fleet.place_profiles.items())
+    return (f"[dut.labgrid]\nenv = {json.dumps(str(fleet.env_yaml))}\n"
+            f"coordinator = {json.dumps(fleet.coordinator)}\n"
+            f"host_key = {json.dumps(host_key)}\nplaces = [{places}]\nplace_profiles = {{ {profiles} }}\n")
 
 
 def place_names(kind: str, n: int) -> list[str]:

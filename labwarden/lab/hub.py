@@ -154,6 +154,11 @@ def _create(session: Any, places: list[HubPlace]) -> None:
                        "see coordinator.log in the hub directory") from exc
 
 
+def running(dir: Path) -> bool:
+    """Whether the coordinator and the exporter of the hub in `dir` both run."""
+    return all(alive(read_pid(_pidfile(dir.resolve(), name))) for name in PROCESSES)
+
+
 def leftovers(dir: Path) -> list[int]:
     """Live processes whose working directory is `dir` (the hub's, or what a lost pid file hid)."""
     dir = dir.resolve()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 
+from labwarden.lab.fleetdir import FleetProfile, fleet_labgrid_section
 from labwarden.lab.host.builder import BuildManifest
 from labwarden.qlab import firmware
 from labwarden.qlab.clock import GuestClock
@@ -45,25 +46,47 @@ def _clock_note(clock: GuestClock | None) -> str:
 
 
 def write(layout: QlabLayout, image: QlabImage, manifest: BuildManifest,
-          load_section: str | None = None, clock: GuestClock | None = None) -> None:
+          load_section: str | None = None, clock: GuestClock | None = None, *,
+          fleet: FleetProfile | None = None) -> None:
     """`load_section` replaces [load] and drops [readers] (the traffic variant: its load is
-    traffic, not clients the firmware counts). `clock`: the guest's, noted in the header."""
-    text = f"""# labwarden lab profile for the qlab in {layout.root}
-# Written by `labwarden qlab up`: a Debian kernel under QEMU (labgrid target {layout.env_yaml}),
-# mac80211_hwsim radios, hostapd APs, wpa_supplicant clients; a real lab differs only in this file.
-{_clock_note(clock)}
-
-{lab_section("qlab", "real", layout.data_dir)}
-[dut]
-backend = "labgrid"
-env = {{ PATH = "/usr/sbin:/usr/bin:/sbin:/bin" }}
-
-[dut.labgrid]
+    traffic, not clients the firmware counts). `clock`: the guest's, noted in the header.
+    `fleet`: the fleet's profile instead (to fleet.dest): the DUT reached through the fleet's
+    places, flashed by the guest's own sysupgrade (each place's labgrid flash needs its own
+    qlab daemon: place_profiles names each place's profile, which has it)."""
+    labgrid = (fleet_labgrid_section(fleet, image.host_key) if fleet else f"""[dut.labgrid]
 env = {_q(str(layout.client_env_yaml))}
 target = "main"
 host_key = {_q(image.host_key)}
 strategy_state = "shell"
+""")
+    flash = ("""[flash]
+# the guest flashes itself (its sysupgrade): the same on every place of the fleet
+kind = "sysupgrade"
+command = ["sysupgrade"]
+timeout_s = 300
+""" if fleet else f"""[flash]
+# through the labgrid strategy of {layout.client_env_yaml.name}: qlabd powers the guest off, writes
+# the build's image (packed on the host into the flash format, checked) to the flash disk, asks
+# for a clean overlay and boots it (a new boot_id). It needs no working DUT, as a bench's
+# programmer. kind = "sysupgrade" (command ["sysupgrade"]) makes the guest flash itself instead.
+kind = "labgrid"
+state = "shell"
+image_key = "root"
+timeout_s = 300
+""")
+    fleet_note = (f"# A fleet of {len(fleet.places)} qlabs ({', '.join(fleet.places)}) on the labgrid "
+                  f"coordinator {fleet.coordinator}.\n" if fleet else "")
+    text = f"""{fleet_note}# labwarden lab profile for the qlab in {layout.root}
+# Written by `labwarden qlab up`: a Debian kernel under QEMU (labgrid target {layout.env_yaml}),
+# mac80211_hwsim radios, hostapd APs, wpa_supplicant clients; a real lab differs only in this file.
+{_clock_note(clock)}
 
+{lab_section("qlab", "real", fleet.data_dir if fleet else layout.data_dir)}
+[dut]
+backend = "labgrid"
+env = {{ PATH = "/usr/sbin:/usr/bin:/sbin:/bin" }}
+
+{labgrid}
 [dut.paths]
 rootfs = "/"
 # only files under usr/ shadow the firmware image; /etc/config lives in the same overlay
@@ -84,16 +107,7 @@ artifacts = {_table(DEPLOY)}
 patches_dirs = {json.dumps([str(d) for d in firmware.patches_dirs(layout)])}
 baseline = {_q(manifest.build_id)}
 
-[flash]
-# through the labgrid strategy of {layout.client_env_yaml.name}: qlabd powers the guest off, writes
-# the build's image (packed on the host into the flash format, checked) to the flash disk, asks
-# for a clean overlay and boots it (a new boot_id). It needs no working DUT, as a bench's
-# programmer. kind = "sysupgrade" (command ["sysupgrade"]) makes the guest flash itself instead.
-kind = "labgrid"
-state = "shell"
-image_key = "root"
-timeout_s = 300
-
+{flash}
 [load]
 # real stations: `lw-sta assoc N` / `lw-sta release` on the DUT (wpa_supplicant in the `clients`
 # netns, round-robin over the enabled VAPs, verified on both sides)
@@ -118,4 +132,4 @@ heal = ["topology", "procmgr"]
     if load_section is not None:
         text = re.sub(r"\[load\]\n.*?\n\n\[readers\]\n[^\n]*\n\n", lambda _m: load_section + "\n",
                       text, count=1, flags=re.S)
-    layout.lab_toml.write_text(text)
+    (fleet.dest if fleet else layout.lab_toml).write_text(text)

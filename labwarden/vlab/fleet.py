@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from labwarden.lab import hub
-from labwarden.lab.fleetdir import FleetDir, FleetRecord, cpus_for, env_yaml, place_names
+from labwarden.lab.fleetdir import FleetDir, FleetProfile, FleetRecord, cpus_for, env_yaml, place_names
 from labwarden.vlab import control, firmware, profile_writer
 from labwarden.vlab.layout import VlabLayout
 
@@ -40,6 +40,9 @@ def up(root: str | Path, places: int, patches: list[str] | None = None,
                                 f"use it (lab profile {fleet.lab_toml}), or `labwarden vlab down --dir "
                                 f"{fleet.root}` first")
     cpus = cpus_for(places)
+    if fleet.lab_toml.exists():
+        raise control.VlabError(f"{fleet.root} holds a lab already ({fleet.lab_toml}): a fleet needs "
+                                "a directory of its own", "pick another --dir")
     names = place_names("vlab", places)
     fleet.root.mkdir(parents=True, exist_ok=True)
     vlabs: dict[str, control.VlabInfo] = {}
@@ -61,7 +64,7 @@ def up(root: str | Path, places: int, patches: list[str] | None = None,
         fleet.env_yaml.write_text(env_yaml(names[0], first.client_key))
         manifest, _cached = firmware.build(first, patches)
         profile_writer.write(first, int(vlabs[names[0]].ssh.rsplit(":", 1)[1]), manifest,
-                             fleet=profile_writer.FleetProfile(
+                             fleet=FleetProfile(
                                  dest=fleet.lab_toml, env_yaml=fleet.env_yaml,
                                  coordinator=hub_info.coordinator,
                                  places=names, place_profiles={n: v.lab_toml for n, v in vlabs.items()},
@@ -71,6 +74,26 @@ def up(root: str | Path, places: int, patches: list[str] | None = None,
         raise
     return FleetInfo(root=str(fleet.root), lab_toml=str(fleet.lab_toml), coordinator=hub_info.coordinator,
                      places=vlabs, notes=[n for v in vlabs.values() for n in v.notes])
+
+
+class FleetStatus(BaseModel):
+    root: str
+    up: bool = Field(description="the coordinator, the exporter and every DUT run")
+    coordinator: str
+    coordinator_up: bool
+    places: dict[str, control.VlabStatus]
+
+
+def status(root: str | Path) -> FleetStatus:
+    fleet = FleetDir.at(root)
+    record = fleet.record()
+    if record is None:
+        raise control.VlabError(f"no fleet in {fleet.root}",
+                                "`labwarden vlab up --places N --dir DIR` starts one")
+    places = {name: control.status(dir) for name, dir in record.places.items()}
+    hub_up = hub.running(fleet.hub)
+    return FleetStatus(root=str(fleet.root), up=hub_up and all(st.up for st in places.values()),
+                       coordinator=record.coordinator, coordinator_up=hub_up, places=places)
 
 
 def _prefixed(progress: Callable[[str], None], name: str, msg: str) -> None:

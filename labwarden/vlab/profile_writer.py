@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from pathlib import Path
 
+from labwarden.lab.fleetdir import FleetProfile, fleet_labgrid_section
 from labwarden.vlab import firmware, tuning
 from labwarden.vlab.layout import SERVICES, VlabLayout
 from labwarden.vlab.profile_sections import (
@@ -17,19 +16,6 @@ from labwarden.vlab.profile_sections import (
 )
 from labwarden.vlab.profile_sections import q as _q
 from labwarden.vlab.profile_sections import table as _table
-
-
-@dataclass(frozen=True)
-class FleetProfile:
-    """What a fleet's profile adds to its first vlab's: where the places are."""
-
-    dest: Path
-    env_yaml: Path
-    coordinator: str
-    places: list[str]
-    place_profiles: dict[str, str]
-    data_dir: Path
-
 
 PROTECTED = ["stamon.c", "stasim.c", "stacli.c", "measure.sh", "costs.h", "work.c", "work.h"]
 """What a submitted patch may not touch on the vlab: the monitor (the offered load), the load
@@ -94,13 +80,7 @@ host_key = {_q(host_key_line)}
         reach = f"""backend = "labgrid"
 env = {{ {", ".join(f"{k} = {_q(v)}" for k, v in layout.dut_env().items() if k != "HOME")} }}
 
-[dut.labgrid]
-env = {_q(str(fleet.env_yaml))}
-coordinator = {_q(fleet.coordinator)}
-host_key = {_q(host_key_line)}
-places = {json.dumps(fleet.places)}
-place_profiles = {_table(fleet.place_profiles)}
-"""
+{fleet_labgrid_section(fleet, host_key_line)}"""
     text = f"""{header}
 # Written by `labwarden vlab up`; a real lab differs only in this file.
 
