@@ -13,6 +13,7 @@ deadline; the max-turns cap; the API staying unreachable after the retries.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,8 +23,10 @@ from typing import Any, Literal
 from labwarden.agent.model import Model, ModelUnavailable
 from labwarden.core.call import ToolCallRecord
 from labwarden.core.events import Note
+from labwarden.runtime.fleet import PlacePool
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import LabSession
+from labwarden.tools import registry
 from labwarden.transcripts.store import TranscriptError, TranscriptStore
 
 STATE = "agent-state"
@@ -116,8 +119,10 @@ class Agent:
     """A conversation with the lab's tools; `messages` is the whole history (API params)."""
 
     def __init__(self, ctx: LabSession, model: Model, system: str, *, hooks: Hooks | None = None,
-                 messages: list[Message] | None = None) -> None:
+                 messages: list[Message] | None = None, places: PlacePool | None = None) -> None:
         self.ctx = ctx
+        self.places = places
+        """A fleet's places: DUT calls run there (concurrently within a turn); None: on ctx."""
         self.model = model
         self.system = system
         self.hooks = hooks or Hooks()
@@ -153,21 +158,49 @@ class Agent:
             return Outcome("budget", f"the lab profile's budget: {over}")
         return None
 
-    async def _run_tools(self, message: Any) -> tuple[list[dict[str, Any]], str | None]:
-        """Tool results for each tool_use, in order; and a budget refusal's reason, if any."""
-        results: list[dict[str, Any]] = []
-        budget_stop = None
-        for block in message.content:
-            if block.type != "tool_use":
-                continue
-            args = block.input if isinstance(block.input, dict) else {}
-            await _call(self.hooks.on_tool_start, block.name, args)
+    async def _one(self, block: Any, on_place: bool) -> ToolCallRecord:
+        args = block.input if isinstance(block.input, dict) else {}
+        await _call(self.hooks.on_tool_start, block.name, args)
+        if on_place:
+            assert self.places is not None
+            record = await self.places.call(block.name, args)
+        else:
             record = await call_tool(self.ctx, block.name, args)
-            await _call(self.hooks.on_tool_end, record)
-            results.append(tool_result(block.id, record))
+        await _call(self.hooks.on_tool_end, record)
+        return record
+
+    def _on_place(self, name: str) -> bool:
+        """On a fleet, whether a call runs on a place (it needs a DUT) or at home (host-only)."""
+        spec = registry.TOOLS.get(name)
+        return self.places is not None and spec is not None and spec.effect != "host_only"
+
+    async def _run_tools(self, message: Any) -> tuple[list[dict[str, Any]], str | None]:
+        """Tool results for each tool_use, in order; and a budget refusal's reason, if any.
+
+        On a fleet, the turn's parallel tool calls are how the model asks for several
+        experiments at once: consecutive calls that need a DUT run concurrently, each on a
+        place of its own (more calls than places wait for the first free one); host-only calls
+        run in order at home. Parallel tool use is the API's own way to ask for several things
+        in one turn -- no job ids to poll (which would cost a model turn per poll), nothing to
+        resume but the turn, and each experiment stays one call with one result."""
+        blocks = [b for b in message.content if b.type == "tool_use"]
+        records: list[ToolCallRecord] = []
+        i = 0
+        while i < len(blocks):
+            if not self._on_place(blocks[i].name):
+                records.append(await self._one(blocks[i], False))
+                i += 1
+                continue
+            j = i
+            while j < len(blocks) and self._on_place(blocks[j].name):
+                j += 1
+            records += await asyncio.gather(*(self._one(b, True) for b in blocks[i:j]))
+            i = j
+        budget_stop = None
+        for block, record in zip(blocks, records, strict=True):
             if record.error is not None and record.error.code == "budget_exceeded":
                 budget_stop = f"the guard refused {block.name}: {record.error.message}"
-        return results, budget_stop
+        return [tool_result(b.id, r) for b, r in zip(blocks, records, strict=True)], budget_stop
 
     async def run(self, limits: Limits, *, unattended: bool) -> Outcome:
         """Call the model until a stop; the history must end with a user message."""

@@ -11,10 +11,11 @@ What it shows while it works is up to the caller's hooks (labwarden/cli/agent.py
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -38,7 +39,8 @@ from labwarden.core.events import Note
 from labwarden.core.usage import Usage
 from labwarden.lab.config import LabProfile
 from labwarden.prompts import load, prompt_dir
-from labwarden.runtime.session import open_lab
+from labwarden.runtime.fleet import PlacePool, is_fleet, open_fleet
+from labwarden.runtime.session import LabSession, open_lab
 from labwarden.tools import registry
 from labwarden.tools.context import ProgressFn
 from labwarden.transcripts import pricing
@@ -125,12 +127,29 @@ def unfinished(store: TranscriptStore, goal: str, lab: str | None, *, skip: str)
     return None
 
 
-def kickoff(goal: str, limits: Limits) -> str:
+def kickoff(goal: str, limits: Limits, places: list[str] | None = None) -> str:
     budget = f"${limits.budget_usd:g}" if limits.budget_usd is not None else "the lab profile's"
     until = f"{limits.until:%Y-%m-%d %H:%M %Z}" if limits.until else "none"
-    return (f"Goal: {goal}\nBudget: {budget} for model calls. Deadline: {until}.\n"
+    fleet = (f"The lab is a fleet of {len(places)} places ({', '.join(places)}): call `experiment` "
+             f"for up to {len(places)} candidates at once, as parallel tool calls in one turn -- each "
+             "runs on a place of its own, and a keep is reproduced on another place first.\n"
+             if places else "")
+    return (f"Goal: {goal}\nBudget: {budget} for model calls. Deadline: {until}.\n{fleet}"
             "Start with `lab_status`, then work the loop. Nobody is watching: decide for yourself, "
             "and end with `DONE:` and the summary.")
+
+
+@contextlib.asynccontextmanager
+async def _open(profile: LabProfile,
+                progress: ProgressFn) -> AsyncIterator[tuple[LabSession, PlacePool | None]]:
+    """The loop's session: on a fleet, a home session and its places; else the one DUT's."""
+    if is_fleet(profile):
+        async with open_fleet(profile, client="loop") as (home, places):
+            home.progress = progress
+            yield home, places
+    else:
+        async with open_lab(profile, progress=progress, client="loop") as ctx:
+            yield ctx, None
 
 
 async def _quiet(done: float, total: float | None, message: str) -> None:
@@ -154,7 +173,7 @@ async def run_loop(profile: LabProfile, model: Model, *, goal: str | None, limit
     `resume`, an unfinished run of the same goal and lab is resumed (unless `auto_resume` is
     off)."""
     try:
-        async with open_lab(profile, progress=progress or _quiet, client="loop") as ctx:
+        async with _open(profile, progress or _quiet) as (ctx, places):
             assert ctx.transcript is not None and ctx.session_id is not None
             store, sid = ctx.transcript, ctx.session_id
             chain: list[str] = []
@@ -180,7 +199,7 @@ async def run_loop(profile: LabProfile, model: Model, *, goal: str | None, limit
                            "carried_usd": saved.spent_usd, "carried_tokens": saved.tokens}
                 ctx.log(Note(author="labwarden", text=f"resumes session {saved.session_id} "
                              f"({len(saved.messages)} messages, ${saved.spent_usd:.4f} spent before)"))
-                took = await take_over_lease(ctx, chain)
+                took = await take_over_lease(ctx, chain) if places is None else None
                 if took:
                     ctx.log(Note(author="labwarden", text=f"took over the DUT lease of {took} (resumed)"))
             if not goal:
@@ -188,10 +207,12 @@ async def run_loop(profile: LabProfile, model: Model, *, goal: str | None, limit
             config |= {"goal": goal, "budget_usd": limits.budget_usd,
                        "until": limits.until.isoformat() if limits.until else None}
             if not resume:
-                messages = [{"role": "user", "content": kickoff(goal, limits)}]
+                fleet = await places.good_places() if places is not None else None
+                messages = [{"role": "user", "content": kickoff(goal, limits, fleet)}]
             if model.options.retry_until is None:
                 model.options.retry_until = limits.until or datetime.now().astimezone() + PATIENCE
-            agent = Agent(ctx, model, system_prompt(goal, ctx.profile), hooks=hooks, messages=messages)
+            agent = Agent(ctx, model, system_prompt(goal, ctx.profile), hooks=hooks,
+                          messages=messages, places=places)
             agent.note(CONFIG, config)
             agent.note_state()  # the start is resumable too
             if on_start is not None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from labwarden.core.call import ToolCallRecord
 from labwarden.core.events import ToolCalled
 from labwarden.core.experiments import Experiment
+from labwarden.core.placehealth import HealthStore
 from labwarden.report import data as report_data
 from labwarden.report import render as report_render
 from labwarden.results import UnreadableResult, output_of
@@ -136,7 +137,8 @@ def _experiment_line(x: Experiment, ledger: report_data.ReportData | None = None
             f"{look.n_a}+{look.n_b} windows)"
             if look and x.screening else "not measured")
     nums += _counters(x, ledger) if ledger is not None else ""
-    return (f"- `{x.patch}` on {base} ({x.id}): {nums} -- {x.reason} (cost ${x.cost.usd:.4f}, "
+    at = f", on place {x.place}" if x.place else ""
+    return (f"- `{x.patch}` on {base} ({x.id}{at}): {nums} -- {x.reason} (cost ${x.cost.usd:.4f}, "
             f"{x.cost.tokens:,} tokens, {x.cost.lab_seconds:.0f} s of lab)")
 
 
@@ -188,6 +190,11 @@ def markdown(store: TranscriptStore, sessions: list[str], *, goal: str, stop: st
                        ("Failed (could not be judged)", "failed")):
         if by[key]:
             lines += ["", f"## {title}", "", *(_experiment_line(x) for x in by[key])]
+    health = HealthStore(data_dir or _data_dir(store)).all()
+    if health:
+        lines += ["", "## Places (fleet health)", ""]
+        lines += [f"- {h.place}: {h.state} since {h.since:%Y-%m-%d %H:%M:%S} UTC"
+                  + (f" -- {h.reason}" if h.reason else "") for h in health.values()]
     if ledger.rejected:
         lines += ["", "## Rejected at submission", ""]
         lines += [f"- `{r.name}`: {r.code}: {r.reason}"

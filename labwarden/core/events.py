@@ -29,7 +29,8 @@ from labwarden.core.usage import Usage
 # 3 (2026-11): new kind request_served (listings and prompts are logged at the door too).
 # 4 (2026-11): ToolCalled.parent_id and GuardDecision.parent_id -- a tool's nested calls (an
 # experiment's flashes, verifications, windows) are calls of their own, logged as a tree; a
-# version-3 body reads as a top-level call (parent_id None).
+# version-3 body reads as a top-level call (parent_id None). EventBase.place added (a fleet's
+# events name their place; an older body reads as None).
 SCHEMA_VERSION = 4
 
 RefusalCode = Literal[
@@ -63,6 +64,9 @@ class EventBase(BaseModel):
     """Position in the session, from 1 (set by the store on append)."""
     ts: datetime = Field(default_factory=lambda: datetime.now(UTC))
     """When it happened (UTC)."""
+    place: str | None = None
+    """The fleet place (labgrid coordinator place) the event happened on; None off a fleet and
+    for what happened on no place (a model call, a host-only tool)."""
 
 
 class SessionStarted(EventBase):

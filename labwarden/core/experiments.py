@@ -132,6 +132,25 @@ class Cost(BaseModel):
     window_seconds: float = Field(0.0, description="of which measurement windows")
 
 
+class Reproduction(BaseModel):
+    """A candidate decided "improved" screened again before it is kept: on another place of the
+    fleet (A and B both there), or on the same place when it is the only good one."""
+
+    place: str | None = Field(description="where it was screened again")
+    same_place: bool = Field(False, description="the fleet had no other good place")
+    build_a: str | None = Field(None, description="A built for that place (a vlab's paths differ)")
+    build_b: str | None = None
+    screening: Screening | None = Field(None, description="the second screening (None: it "
+                                        "could not run -- `error` says why)")
+    reproduced: bool = False
+    error: str | None = None
+
+    def describe(self) -> str:
+        if self.screening is None or not self.screening.looks:
+            return f"no second screening on {self.place}: {self.error or 'not run'}"
+        return f"on {self.place}: {self.screening.final.describe()}"
+
+
 class Experiment(BaseModel):
     id: str
     patch: str = Field(description="the candidate's patch id")
@@ -159,6 +178,9 @@ class Experiment(BaseModel):
     decision: Decision
     reason: str
     cost: Cost = Field(default_factory=Cost)
+    place: str | None = Field(None, description="the fleet place both arms ran on (None off a fleet)")
+    reproduction: Reproduction | None = Field(
+        None, description="the second screening of a candidate the first decided improved (fleet)")
 
     @property
     def verdict(self) -> str | None:
@@ -184,6 +206,8 @@ class Bisection(BaseModel):
     steps: list[BisectStep] = Field(default_factory=list)
     first_bad: str | None = None
     first_bad_subject: str | None = None
+    places: list[str] = Field(default_factory=list, description="the fleet places the range was "
+                              "split over (empty off a fleet)")
     outcome: Literal["found", "no_regression", "undecided", "failed"]
     reason: str
     started_at: datetime

@@ -160,6 +160,8 @@ class Lease:
 
     async def renew(self) -> bool:
         """Push the expiry out by the TTL, if the lease is still ours; False when it is not."""
+        if not self.held:  # released (a fleet place handed back): never reach the DUT again
+            return False
         status, _ = await self._op("renew")
         self.held = status == "ok"
         return self.held

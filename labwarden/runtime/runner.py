@@ -60,6 +60,15 @@ class _Running:
 _running: ContextVar[_Running | None] = ContextVar("labwarden_running_call", default=None)
 
 
+def _same_session(running: LabContext, ctx: LabContext) -> bool:
+    """Whether a call on `ctx` runs inside the call running on `running`: the same context, or
+    a fleet place session of the same transcript session (an experiment reproduced on another
+    place: its flashes and windows there are still the experiment's nested calls)."""
+    return running is ctx or (ctx.place_name is not None and ctx.session_id is not None
+                              and running.session_id == ctx.session_id
+                              and running.transcript is ctx.transcript)
+
+
 _REFUSAL_CODES: frozenset[str] = frozenset(get_args(RefusalCode))
 
 
@@ -142,7 +151,7 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
     guard = _guard(ctx)
     call_id = random_hex(6)
     parent = _running.get()
-    parent_id = parent.call_id if parent is not None and parent.ctx is ctx else None
+    parent_id = parent.call_id if parent is not None and _same_session(parent.ctx, ctx) else None
     nested = parent_id is not None
 
     def unrun(call_args: Any) -> ToolCallRecord:  # a call that stops before the tool
@@ -295,7 +304,7 @@ class RunnerDoor:
         if guard is None:
             return await heal_unguarded(ctx, requires)
         frame = _running.get()
-        mine = frame if frame is not None and frame.ctx is ctx else None
+        mine = frame if frame is not None and _same_session(frame.ctx, ctx) else None
         tool = mine.spec.name if mine is not None else "heal"
         if requires is None:
             requires = mine.spec.requires if mine is not None else PINNED

@@ -8,11 +8,16 @@ good (otherwise there is nothing to find); then each midpoint is compared with g
 "regressed" puts it on the bad side, "same" or "improved" on the good side -- and, when that
 stays undecided, with bad. The band of "same" is half the regression chased (Pinpoint sizes its
 comparison by the change it bisects), at least the rule's smallest effect.
+
+On a fleet the range is split over the places free when the regression is confirmed: with k
+places each round tests k commits at once (each on its own place, both arms there) and keeps
+the part between the last good and the first bad -- k + 1 parts a round instead of 2.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import time
 from datetime import UTC, datetime
@@ -34,6 +39,8 @@ from labwarden.tools import abtest
 from labwarden.tools.context import LabContext
 
 MAX_COMMITS = 256
+FREE_WAIT_S = 5.0
+"""How long a fleet bisection waits for each extra place (one busy elsewhere is left alone)."""
 
 
 class BisectInput(ToolInput):
@@ -86,6 +93,52 @@ async def _build(ctx: LabContext, commit: str) -> str:
     return manifest.build_id
 
 
+def split(lo: int, hi: int, ways: int) -> list[int]:
+    """The commits to test at once with `ways` places: evenly spaced strictly inside (lo, hi) --
+    one place halves the range, k places cut it into k + 1 parts."""
+    n = hi - lo - 1
+    k = max(1, min(ways, n))
+    if k == 1:
+        return [(lo + hi) // 2]
+    return sorted({lo + max(1, min(n, round((i + 1) * (hi - lo) / (k + 1)))) for i in range(k)})
+
+
+def narrow(lo: int, hi: int, mids: list[int],
+           sides: list[Literal["good", "bad", "unknown"]]) -> tuple[int, int, int | None]:
+    """The range after one round: up to the first bad commit, from the last good one before it;
+    an undecided commit inside that range stops the bisection (returned third)."""
+    for m, side in zip(mids, sides, strict=True):
+        if side == "bad":
+            hi = m
+            break
+    for m, side in zip(mids, sides, strict=True):
+        if m < hi and side == "good":
+            lo = max(lo, m)
+    unknown = next((m for m, side in zip(mids, sides, strict=True)
+                    if side == "unknown" and lo < m < hi), None)
+    return lo, hi, unknown
+
+
+async def _more_places(ctx: LabContext, stack: contextlib.AsyncExitStack) -> list[LabContext]:
+    """On a fleet: sessions on the other good places free now (held for the bisection, released
+    after); a place still busy with another experiment is not waited for."""
+    from labwarden.runtime.fleet import PlacePool
+
+    pool = ctx.fleet
+    if not isinstance(pool, PlacePool):
+        return []
+    held = {ctx.place_name} if ctx.place_name else set()
+    more: list[LabContext] = []
+    for _ in await pool.good_places(held):
+        try:
+            other = await stack.enter_async_context(pool.session(exclude=held, timeout_s=FREE_WAIT_S))
+        except (TimeoutError, LabError):
+            break
+        more.append(other)
+        held.add(other.place_name or "")
+    return more
+
+
 async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
     t0 = time.monotonic()
     dec = ctx.profile.decision
@@ -100,51 +153,68 @@ async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
                     reason="not finished", started_at=datetime.now(UTC))
     subjects = dict(commits)
 
-    async def ab(a: str, b: str, margin: float | None) -> Judgement:
-        scr = await abtest.AB(ctx, a, b, stations=stations, rule=dec, window_s=dec.window_s,
+    async def ab(on: LabContext, a: str, b: str, margin: float | None) -> Judgement:
+        scr = await abtest.AB(on, a, b, stations=stations, rule=dec, window_s=dec.window_s,
                               metric=inp.metric, margin_pct=margin, interleave=dec.interleave).run()
         return scr.final
+
+    ends: dict[int, tuple[str, str]] = {}
+
+    async def judge(on: LabContext, commit: str, margin: float) -> list[BisectStep]:
+        """One commit against good, and -- when that stays undecided -- against bad; built for
+        the place it runs on (a vlab fleet's DUT paths differ per place)."""
+        if id(on) not in ends:
+            ends[id(on)] = (await _build(on, good_commit), await _build(on, commits[-1][0]))
+        good, bad = ends[id(on)]
+        build = await _build(on, commit)
+        steps: list[BisectStep] = []
+        for against, pair in (("good", (good, build)), ("bad", (build, bad))):
+            j = await ab(on, *pair, margin)
+            steps.append(BisectStep(commit=commit, subject=subjects[commit], against=against,
+                                    judgement=j, side=_side(j, against)))
+            if steps[-1].side != "unknown":
+                break  # undecided against good: ask which end it is like
+        return steps
 
     try:
         good_commit = await asyncio.to_thread(_git, ctx, "rev-parse", f"{inp.good}^{{commit}}")
         good_build, bad_build = await _build(ctx, good_commit), await _build(ctx, commits[-1][0])
+        ends[id(ctx)] = (good_build, bad_build)
         await ctx.report(0, None, f"{len(commits)} commits; is {inp.bad} worse than {inp.good}?")
-        rec.ends = await ab(good_build, bad_build, None)
+        rec.ends = await ab(ctx, good_build, bad_build, None)
         if rec.ends.verdict != "regressed":
             rec.outcome = "no_regression" if rec.ends.verdict in ("same", "improved") else "undecided"
             rec.reason = f"{inp.bad} against {inp.good}: {rec.ends.describe()}"
         else:
             margin = abs(rec.ends.delta_pct) / 2
-            lo, hi = -1, len(commits) - 1  # commits[lo] good (or good itself), commits[hi] bad
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                commit = commits[mid][0]
-                await ctx.report(len(rec.steps) + 1, None, f"testing {commit[:12]} "
-                                 f"{subjects[commit][:60]} ({hi - lo - 1} candidates left)")
-                build = await _build(ctx, commit)
-                for against, pair in (("good", (good_build, build)), ("bad", (build, bad_build))):
-                    j = await ab(*pair, margin)
-                    step = BisectStep(commit=commit, subject=subjects[commit], against=against,
-                                      judgement=j, side=_side(j, against))
-                    rec.steps.append(step)
-                    if step.side != "unknown":
-                        break  # undecided against good: ask which end it is like
-                side = rec.steps[-1].side
-                if side == "unknown":
-                    rec.outcome = "undecided"
-                    rec.reason = (f"{commit[:12]} is neither like good nor like bad at the rule's "
-                                  f"cap; the first bad commit is in {commits[lo + 1][0][:12]}.."
-                                  f"{commits[hi][0][:12]}")
-                    break
-                if side == "bad":
-                    hi = mid
+            async with contextlib.AsyncExitStack() as stack:
+                workers = [ctx, *await _more_places(ctx, stack)]
+                rec.places = [w.place_name for w in workers if w.place_name]
+                lo, hi = -1, len(commits) - 1  # commits[lo] good (or good itself), commits[hi] bad
+                while hi - lo > 1:
+                    mids = split(lo, hi, len(workers))
+                    await ctx.report(len(rec.steps) + 1, None, "testing " + ", ".join(
+                        f"{commits[m][0][:12]} {subjects[commits[m][0]][:40]}" for m in mids)
+                        + f" ({hi - lo - 1} candidates left"
+                        + (f", on {len(mids)} places)" if len(mids) > 1 else ")"))
+                    found = await asyncio.gather(*(judge(w, commits[m][0], margin)
+                                                   for w, m in zip(workers, mids, strict=False)))
+                    for steps in found:
+                        rec.steps += steps
+                    sides = [steps[-1].side for steps in found]
+                    lo, hi, unknown = narrow(lo, hi, mids, sides)
+                    if unknown is not None:
+                        commit = commits[unknown][0]
+                        rec.outcome = "undecided"
+                        rec.reason = (f"{commit[:12]} is neither like good nor like bad at the "
+                                      f"rule's cap; the first bad commit is in "
+                                      f"{commits[lo + 1][0][:12]}..{commits[hi][0][:12]}")
+                        break
                 else:
-                    lo = mid
-            else:
-                rec.first_bad, rec.first_bad_subject = commits[hi][0], subjects[commits[hi][0]]
-                rec.outcome = "found"
-                rec.reason = (f"first bad commit {rec.first_bad[:12]} {rec.first_bad_subject!r}: "
-                              f"{inp.metric} {rec.ends.delta_pct:+.1f}% from {inp.good} to {inp.bad}")
+                    rec.first_bad, rec.first_bad_subject = commits[hi][0], subjects[commits[hi][0]]
+                    rec.outcome = "found"
+                    rec.reason = (f"first bad commit {rec.first_bad[:12]} {rec.first_bad_subject!r}: "
+                                  f"{inp.metric} {rec.ends.delta_pct:+.1f}% from {inp.good} to {inp.bad}")
     except LabError as exc:
         rec.outcome, rec.reason = "failed", f"{exc.kind}: {exc.problem}"
     rec.seconds = round(time.monotonic() - t0, 2)

@@ -85,6 +85,12 @@ class LabContext:
     door: Door | None = None
     """Where `call` and `heal` go: the session's runner (guarded, or not when the session is
     unguarded; logged when it is). Only a context no session opened has none."""
+    place_name: str | None = None
+    """The fleet place this session runs on (runtime/fleet.py): stamped on every event it logs.
+    None off a fleet."""
+    fleet: Any = None
+    """The fleet's place pool (runtime/fleet.PlacePool) when the session runs on one: where a
+    tool finds another place (an experiment's reproduction). None off a fleet."""
     board: BoardStateFile = field(init=False, repr=False)
     _cleanups: set[asyncio.Future[Any]] = field(default_factory=set, init=False, repr=False)
 
@@ -140,6 +146,10 @@ class LabContext:
         one fsync however many; none when not durable and the profile allows it); no-op when
         unlogged."""
         if self.transcript is not None and self.session_id is not None and events:
+            if self.place_name is not None:
+                for ev in events:
+                    if getattr(ev, "place", "") is None:
+                        ev.place = self.place_name
             durable = durable or self.profile.policy.transcript_fsync == "every_call"
             self.transcript.write(self.session_id, list(events), durable=durable)
 

@@ -32,6 +32,7 @@ from labwarden.core.experiments import (
     FlameRef,
     FunctionDelta,
     Gate,
+    Reproduction,
 )
 from labwarden.core.measurements import SweepRecord
 from labwarden.core.records import RecordNotFound, RecordStore
@@ -203,6 +204,71 @@ async def _screen(ctx: LabContext, exp: Experiment) -> None:
                      parity.functional(exp.parity_a, exp.parity_b)]
 
 
+async def _screen_again(on: LabContext, exp: Experiment, *, same_place: bool) -> Reproduction:
+    """A and B screened again on `on` with the same rule (the parity gates held on the first
+    place; the second screening asks only whether the effect is there)."""
+    assert exp.build_a and exp.build_b and exp.screening is not None
+    dec = on.profile.decision
+
+    async def look(text: str) -> None:
+        await on.report(5, 6, f"reproducing on {on.place_name}: {text}")
+
+    rep = Reproduction(place=on.place_name, same_place=same_place)
+    try:
+        # built for this place (a vlab fleet's DUT paths differ: the same ids on a real fleet)
+        rep.build_a = await _build(on, exp.base_patches, exp.ref)
+        rep.build_b = await _build(on, [*exp.base_patches, exp.patch], exp.ref)
+        ab = abtest.AB(on, rep.build_a, rep.build_b, stations=exp.screening.stations, rule=dec,
+                       window_s=dec.window_s, interleave=dec.interleave, with_parity=False)
+        try:
+            await ab.run(on_look=look)
+        finally:
+            rep.screening = ab.screening if ab.screening.looks else None
+    except LabError as exc:
+        rep.error = exc.problem
+    rep.reproduced = rep.error is None and rep.screening is not None \
+        and rep.screening.final.verdict == "improved"
+    return rep
+
+
+async def _reproduce(ctx: LabContext, exp: Experiment, where: str) -> None:
+    """Reproduce before keep (fleet): a candidate decided "improved" is screened again on
+    another good place -- its own place handed back first, so two experiments waiting for each
+    other's place cannot deadlock -- or, with no other good place, on its own place again
+    (every arm re-flashed). A second place whose DUT dies is marked bad and another is tried;
+    a candidate that does not reproduce is dropped with both screenings in the record."""
+    from labwarden.runtime.fleet import PlacePool
+
+    pool = ctx.fleet
+    assert isinstance(pool, PlacePool) and exp.screening is not None
+    here = ctx.place_name
+    tried = {here} if here else set()
+    first = exp.screening.final
+    while True:
+        if not await pool.good_places(tried):
+            if here not in pool.health.bad() and ctx.place is not None and ctx.place.held:
+                rep = await _screen_again(ctx, exp, same_place=True)
+            else:
+                rep = Reproduction(place=None, error="no good place left to screen it again on")
+            break
+        await pool.hand_back(ctx)
+        async with pool.session(exclude=tried) as other:
+            rep = await _screen_again(other, exp, same_place=False)
+            dead = await pool.probe(other) if rep.error is not None else None
+        if dead is None:
+            break
+        assert other.place_name is not None
+        pool.mark(other.place_name, "bad", f"{dead} (while reproducing {exp.id}: {rep.error})")
+        tried.add(other.place_name)
+    exp.reproduction = rep
+    if rep.reproduced:
+        exp.reason += f"; reproduced {rep.describe()}"
+        return
+    exp.decision = "dropped"
+    exp.reason = (f"did not reproduce on {rep.place or 'another place'}: {rep.describe()}; "
+                  f"first on {here} at {where}: {first.describe()}")
+
+
 def _precheck(ctx: LabContext, inp: ExperimentInput) -> None:
     _known(ctx, [inp.patch, *(inp.base_patches or [])])
 
@@ -229,7 +295,7 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
                      author=PatchStore.shown(meta, ctx.principal).author if meta else None,
                      ref=ref, base_patches=base,
                      session_id=ctx.session_id, started_at=datetime.now(UTC), decision="failed",
-                     reason="not finished")
+                     reason="not finished", place=ctx.place_name)
     labels = (_label(base, ref), _label([*base, meta.name if meta else inp.patch], ref))
     where = load_drivers.label(load_drivers.for_profile(ctx.profile, ctx.device),
                                load_drivers.points(ctx.profile)[-1])
@@ -245,6 +311,8 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
         if exp.screening.final.verdict == "improved" and load_ok:
             await _survivor(ctx, exp, store, labels)
         exp.decision, exp.reason = _decide(exp, where)
+        if exp.decision == "kept" and ctx.fleet is not None:
+            await _reproduce(ctx, exp, where)
     except ProtectedArtifact as exc:  # before any flash: nothing to judge
         exp.decision, exp.reason = "dropped", exc.problem
     except abtest.ParityMismatch as exc:  # before B's windows: nothing else to judge

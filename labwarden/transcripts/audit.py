@@ -30,7 +30,7 @@ class Problem(BaseModel):
     seq: int | None
     """The first event concerned (None: the whole file or session)."""
     check: str
-    """chain, checkpoint, anchor, integrity, cost, conditions, tree, session."""
+    """chain, checkpoint, anchor, integrity, cost, conditions, places, tree, session."""
     message: str
     """What is wrong."""
 
@@ -224,6 +224,9 @@ def audit(store: TranscriptStore, session_id: str,
     if integrity != ["ok"]:
         report.findings.append(Problem(seq=None, check="integrity", message="; ".join(integrity[:5])))
     report.checks += ["cost", "conditions"]
+    fleet = any('"place":"' in r.body for r in rows)  # a fleet's session: its events name places
+    if fleet:
+        report.checks.append("places")
     for r in rows:
         try:
             ev = parse_event(r.body)
@@ -235,6 +238,9 @@ def audit(store: TranscriptStore, session_id: str,
             _check_model_call(store, r.seq, ev, report)
         elif isinstance(ev, ToolCalled) and (why := conditions_problem(ev)):
             report.findings.append(Problem(seq=r.seq, check="conditions", message=why))
+        if fleet and isinstance(ev, ToolCalled) and ev.measured and ev.place is None:
+            report.findings.append(Problem(seq=r.seq, check="places", message=f"{ev.call.tool} "
+                                           "measured on a fleet but names no place"))
     report.checks.append("tree")
     for seq, why in calltree.problems(store.events(session_id)):
         report.findings.append(Problem(seq=seq, check="tree", message=why))
