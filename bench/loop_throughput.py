@@ -1,20 +1,32 @@
-"""Candidates judged per hour by the unattended loop on the vlab: `labwarden loop`'s library door
+"""Candidates judged per hour by the unattended loop on a lab: `labwarden loop`'s library door
 with the stand-in model (tests/messages_standin.py: the model's turns are scripted, answered at
 once) submitting patches and calling `experiment` on each, with the vlab profile's own
 pre-registered [decision] (4 s windows, screening at 114 clients, full sweeps 18/60/114 for
 survivors). Everything but the model is real.
 
-    .venv/bin/python bench/loop_throughput.py
+    .venv/bin/python bench/loop_throughput.py [--lab-kind vlab|qlab]
 
-Targets: >= 30 candidates judged per hour with every verdict decided (improved / regressed /
-same, none left unknown); loop overhead beyond windows <= 5% (the loop's own time -- model turns,
-dispatch, transcript, the morning report -- against the windows' time; the lab's own steps
-around the windows, flash, heal and settle, are shown beside it).
+Targets on the vlab: >= 30 candidates judged per hour with every verdict decided (improved /
+regressed / same, none left unknown); loop overhead beyond windows <= 5% (the loop's own time --
+model turns, dispatch, transcript, the morning report -- against the windows' time; the lab's own
+steps around the windows, flash, heal and settle, are shown beside it).
+
+`--lab-kind qlab` (issue [3/2]): a qlab on its default clock (icount under TCG), and five
+candidates for its own hot path, each written as a diff (tests/qlab_patches.py): a patch that
+makes every station's round trips twice (regressed), the station dump instead of three
+GET_STATION round trips per station, the write-back gate (0901-like) and a lean reply
+(0902-like), each submitted on the ones kept before it, then a no-op. The qlab writes no
+[decision]: this run pre-registers the default rule (4 s windows, +-5%, 3..15 windows, A once
+at the cap: a flash is a boot) with 18/60/114 stations and the offered-load counter. Targets:
+every verdict decided, the kept stack's cut of stad CPU at 114 >= 50% with no gate failed on a
+kept stage, >= 6 candidates judged per hour under TCG.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -31,12 +43,17 @@ from labwarden.core.events import ToolCalled
 from labwarden.core.experiments import Experiment
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
+from labwarden.lab.host.patchstore import patch_id
+from labwarden.qlab import control as qlab_control
+from labwarden.qlab.layout import QlabLayout
 from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import control
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests import qlab_patches
 from tests.messages_standin import MessagesStandIn, ToolUse, Turn, from_result  # the test stand-in
 from tests.patching import BULK, DROP_KEY, NO_OP, change
+from tests.qlab_fixtures import loop_profile
 
 CANDIDATES: list[tuple[str, dict[str, object] | str]] = [
     ("bulk-pull", {"diff": change("hal.c", *BULK)}),
@@ -52,9 +69,30 @@ CANDIDATES: list[tuple[str, dict[str, object] | str]] = [
 ]
 
 
-def script() -> list[Turn]:
+QLAB_DECISION: dict[str, object] = {"window_s": 4.0, "settle_s": 5.0, "densities": [18, 60, 114],
+                                    "sweep_reps": 3, "interleave": False,
+                                    "offered_load_counter": "rpc_calls"}
+"""The rule and windows bench/decision.py --lab-kind qlab calibrated (its defaults), 5 guest s of
+settle (bench/qlab_noise.py: the first window after associating reads high without it)."""
+
+
+def qlab_candidates() -> list[tuple[str, dict[str, object] | str]]:
+    """Each kept candidate is the next one's base (the stand-in's script assumes they are kept;
+    the table says whether they were)."""
+    stack: list[str] = []
+    out: list[tuple[str, dict[str, object] | str]] = [
+        ("pull-twice", {"diff": qlab_patches.SLOW_PULL})]
+    for name, diff in (("station-dump", qlab_patches.BULK_DUMP), ("gate-writeback", qlab_patches.GATE),
+                       ("lean-reply", qlab_patches.LEAN)):
+        out.append((name, {"diff": diff, "base_patches": list(stack)}))
+        stack.append(patch_id(name, diff)[0])
+    out.append(("comment", {"diff": qlab_patches.COMMENT, "base_patches": list(stack)}))
+    return out
+
+
+def script(candidates: list[tuple[str, dict[str, object] | str]]) -> list[Turn]:
     turns: list[Turn] = []
-    for name, what in CANDIDATES:
+    for name, what in candidates:
         if isinstance(what, str):
             turns.append(Turn(tools=[ToolUse("experiment", {"patch": what})]))
         else:
@@ -64,8 +102,9 @@ def script() -> list[Turn]:
     return turns
 
 
-async def run(lab: Path, out: Path) -> tuple[float, str]:
-    turns = script()
+async def run(lab: Path, out: Path, candidates: list[tuple[str, dict[str, object] | str]]
+              ) -> tuple[float, str]:
+    turns = script(candidates)
     with MessagesStandIn(turns) as api:
         model = Model(ModelOptions(base_url=api.url, api_key="sk-standin"))
         limits = Limits(budget_usd=50.0, max_turns=len(turns) + 2)
@@ -77,14 +116,43 @@ async def run(lab: Path, out: Path) -> tuple[float, str]:
     return wall, res.session_id
 
 
+def stack_cut(exps: list[Experiment]) -> str:
+    """The kept stack against the first kept stage's A, at the screened point: screening windows
+    carry no perf record (a full sweep's densest point records perf in its first window, which on
+    the qlab's one vCPU is guest work of its own)."""
+    kept = [x for x in exps if x.decision == "kept" and x.screening and x.screening.looks]
+    if not kept:
+        return "no kept stage"
+    first, last = kept[0].screening, kept[-1].screening
+    assert first is not None and last is not None
+    a, b = first.final.mean_a, last.final.mean_b
+    gated = all(not g.failed for x in kept for g in x.gates)
+    return (f"kept stack {' + '.join(x.patch_name or x.patch for x in kept)}: stad CPU at "
+            f"{first.stations} {a:.2f}% -> {b:.2f}% ({100 * (b - a) / a:+.1f}%, target <= -50%); "
+            f"gate failed on a kept stage: {'none' if gated else 'YES'}")
+
+
 def main() -> None:
-    root = Path(tempfile.mkdtemp(prefix="lw-throughput-")) / "vlab"
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lab-kind", choices=("vlab", "qlab"), default="vlab")
+    kind = ap.parse_args().lab_kind
+    root = Path(tempfile.mkdtemp(prefix="lw-throughput-")) / kind
+    load_before = os.getloadavg()
+    if kind == "qlab":
+        lab, candidates, target = root / "lab-loop.toml", qlab_candidates(), 6
+    else:
+        lab, candidates, target = root / "lab.toml", CANDIDATES, 30
     try:
-        control.up(root)
-        wall, sid = asyncio.run(run(root / "lab.toml", root.parent / "out"))
+        if kind == "qlab":
+            info = qlab_control.up(root)
+            print(f"qlab up: clock {info.clock.spec}, {info.timings}")
+            loop_profile(QlabLayout.at(root), "loop", QLAB_DECISION)
+        else:
+            control.up(root)
+        wall, sid = asyncio.run(run(lab, root.parent / "out", candidates))
     finally:
-        control.down(root)
-    profile = LabProfile.from_file(root / "lab.toml")
+        (qlab_control.down if kind == "qlab" else control.down)(root)
+    profile = LabProfile.from_file(lab)
     with TranscriptStore(profile.data_dir() / "transcripts.db") as store:
         calls = [e.event.call for e in store.events(sid) if isinstance(e.event, ToolCalled)]
     records = RecordStore(profile.data_dir())
@@ -92,12 +160,15 @@ def main() -> None:
             for c in calls if c.tool == "experiment" and c.ok and c.result]
     console = Console(width=140)
     t = Table(title="one unattended loop, candidates in order")
-    for col in ("candidate", "decision", "verdict", "windows A+B", "window s", "lab s", "flashes"):
+    for col in ("candidate", "decision", "verdict", "A -> B %", "delta", "windows A+B", "window s",
+                "lab s", "flashes"):
         t.add_column(col, justify="right")
     for x in exps:
         look = x.screening.looks[-1] if x.screening and x.screening.looks else None
         t.add_row(x.patch_name or x.patch, x.decision, look.verdict if look else "-",
-                  f"{look.n_a}+{look.n_b}" if look else "-", f"{x.cost.window_seconds:.0f}",
+                  f"{look.mean_a:.2f} -> {look.mean_b:.2f}" if look else "-",
+                  f"{look.delta_pct:+.1f}%" if look else "-", f"{look.n_a}+{look.n_b}" if look else "-",
+                  f"{x.cost.window_seconds:.0f}",
                   f"{x.cost.lab_seconds:.0f}", str(x.screening.flashes if x.screening else 0))
     console.print(t)
     windows = sum(x.cost.window_seconds for x in exps)
@@ -107,8 +178,15 @@ def main() -> None:
     # decided: a verdict, or dropped by a gate before any look (functional parity, a crash)
     undecided = [x.patch_name or x.patch for x in exps
                  if x.verdict == "unknown" or (x.verdict is None and all(g.passed for g in x.gates))]
-    console.print(f"{len(exps)} candidates judged in {wall:.0f} s: {per_hour:.1f} per hour (target >= 30); "
-                  f"undecided: {undecided or 'none'}")
+    console.print(f"{len(exps)} candidates judged in {wall:.0f} s: {per_hour:.1f} per hour "
+                  f"(target >= {target}); undecided: {undecided or 'none'}")
+    if kind == "qlab":
+        console.print(stack_cut(exps))
+        for x in exps:
+            console.print(f"  {x.patch_name or x.patch}: {x.decision} -- {x.reason[:240]}")
+        console.print(f"morning summary and report: {root.parent / 'out'}")
+    console.print("load average before / after: " + " / ".join(
+        ", ".join(f"{v:.2f}" for v in la) for la in (load_before, os.getloadavg())))
     console.print(f"screening windows {windows:.0f} s; experiments {sweeps:.0f} s (windows, flashes, heals, "
                   f"settles, full sweeps and gates of survivors); every tool call {tools:.0f} s")
     loop_own = wall - tools
