@@ -69,11 +69,13 @@ CANDIDATES: list[tuple[str, dict[str, object] | str]] = [
 ]
 
 
-QLAB_DECISION: dict[str, object] = {"window_s": 4.0, "settle_s": 5.0, "densities": [18, 60, 114],
-                                    "sweep_reps": 3, "interleave": False,
+QLAB_DECISION: dict[str, object] = {"window_s": 4.0, "settle_s": 5.0, "densities": [60, 114],
+                                    "sweep_reps": 2, "max_windows": 9, "interleave": False,
                                     "offered_load_counter": "rpc_calls"}
-"""The rule and windows bench/decision.py --lab-kind qlab calibrated (its defaults), 5 guest s of
-settle (bench/qlab_noise.py: the first window after associating reads high without it)."""
+"""The rule bench/decision.py --lab-kind qlab calibrated (alpha, beta, +-5%, 4 s windows), with a
+cap of 9 windows (A is measured once at the cap: its median was 5 per arm), two workload points
+and 2 windows each in a survivor's sweeps, and 5 guest s of settle (bench/qlab_noise.py: the
+first window after associating reads high without it). Each flash is a boot of ~50-100 s here."""
 
 
 def qlab_candidates() -> list[tuple[str, dict[str, object] | str]]:
@@ -90,8 +92,10 @@ def qlab_candidates() -> list[tuple[str, dict[str, object] | str]]:
     return out
 
 
-def script(candidates: list[tuple[str, dict[str, object] | str]]) -> list[Turn]:
-    turns: list[Turn] = []
+def script(candidates: list[tuple[str, dict[str, object] | str]], baseline: str | None = None
+           ) -> list[Turn]:
+    """`baseline`: the agent first proves that image runs (so an experiment on it needs no flash)."""
+    turns = [Turn(tools=[ToolUse("fingerprint_verify", {"build_id": baseline})])] if baseline else []
     for name, what in candidates:
         if isinstance(what, str):
             turns.append(Turn(tools=[ToolUse("experiment", {"patch": what})]))
@@ -102,9 +106,9 @@ def script(candidates: list[tuple[str, dict[str, object] | str]]) -> list[Turn]:
     return turns
 
 
-async def run(lab: Path, out: Path, candidates: list[tuple[str, dict[str, object] | str]]
-              ) -> tuple[float, str]:
-    turns = script(candidates)
+async def run(lab: Path, out: Path, candidates: list[tuple[str, dict[str, object] | str]],
+              verify_first: bool = False) -> tuple[float, str]:
+    turns = script(candidates, LabProfile.from_file(lab).build.baseline if verify_first else None)
     with MessagesStandIn(turns) as api:
         model = Model(ModelOptions(base_url=api.url, api_key="sk-standin"))
         limits = Limits(budget_usd=50.0, max_turns=len(turns) + 2)
@@ -149,7 +153,7 @@ def main() -> None:
             loop_profile(QlabLayout.at(root), "loop", QLAB_DECISION)
         else:
             control.up(root)
-        wall, sid = asyncio.run(run(lab, root.parent / "out", candidates))
+        wall, sid = asyncio.run(run(lab, root.parent / "out", candidates, verify_first=kind == "qlab"))
     finally:
         (qlab_control.down if kind == "qlab" else control.down)(root)
     profile = LabProfile.from_file(lab)

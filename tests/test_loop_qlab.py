@@ -48,7 +48,7 @@ from tests.messages_standin import MessagesStandIn, ToolUse, Turn, from_result
 from tests.qlab_fixtures import Qlab, loop_profile, running_qlab
 from tests.qlab_patches import COMMENT, GATE
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(2400)
 runner = CliRunner()
 
 DECISION: dict[str, object] = {"window_s": 4.0, "settle_s": 5.0, "densities": [114],
