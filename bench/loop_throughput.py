@@ -133,6 +133,11 @@ def stack_cut(exps: list[Experiment]) -> str:
     assert first is not None and last is not None
     a, b = first.final.mean_a, last.final.mean_b
     gated = all(not g.failed for x in kept for g in x.gates)
+    extra = [p for p in kept[-1].base_patches if p not in {x.patch for x in kept[:-1]}]
+    if extra:  # the script stacked a candidate the rule did not keep
+        return (f"no kept stack measured as such: the last kept stage's B also carries {extra}, "
+                f"not kept; that image read {first.stations} {a:.2f}% -> {b:.2f}% "
+                f"({100 * (b - a) / a:+.1f}%)")
     return (f"kept stack {' + '.join(x.patch_name or x.patch for x in kept)}: stad CPU at "
             f"{first.stations} {a:.2f}% -> {b:.2f}% ({100 * (b - a) / a:+.1f}%, target <= -50%); "
             f"gate failed on a kept stage: {'none' if gated else 'YES'}")
