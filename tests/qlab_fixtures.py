@@ -4,6 +4,7 @@ always brought down -- after which no QEMU of it may be left."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,14 +53,30 @@ accepting them included); bench/qlab_noise.py and `labwarden demo --lab-kind qla
 
 
 @contextmanager
-def running_qlab(root: Path, traffic_router: bool = False) -> Iterator[Qlab]:
-    """`traffic_router`: the traffic variant (host netns lwlan/lwwan, [load] iperf3)."""
+def running_qlab(root: Path, traffic_router: bool = False, clock: str | None = TEST_CLOCK) -> Iterator[Qlab]:
+    """`traffic_router`: the traffic variant (host netns lwlan/lwwan, [load] iperf3). `clock`:
+    None is the qlab's default (icount on TCG), for the tests that measure."""
     guest_image()
     layout = QlabLayout.at(root)
     try:
-        info = control.up(root, traffic_router=traffic_router, clock=TEST_CLOCK)
+        info = control.up(root, traffic_router=traffic_router, clock=clock)
         yield Qlab(layout, info, control.endpoint(layout))
     finally:
         control.down(root)
         left = procs.qemu_pids(layout)
         assert not left, f"QEMU of {root} still running after down: {left}"
+
+
+def loop_profile(layout: QlabLayout, name: str, decision: dict[str, object],
+                 flashes_per_hour: int = 60) -> Path:
+    """lab-NAME.toml beside the qlab's lab.toml: the same profile with a [decision] section (the
+    qlab writes none) and a flash budget an unattended loop can live with (each experiment
+    flashes A and B, a survivor's sweeps once more each: more than the default 6 an hour)."""
+    text = layout.lab_toml.read_text()
+    assert "[decision]" not in text and text.rstrip().rsplit("\n[", 1)[-1].startswith("policy]"), \
+        "the qlab's profile no longer ends with [policy]: append the budget where it belongs"
+    rows = "".join(f"{k} = {json.dumps(v)}\n" for k, v in decision.items())
+    path = layout.lab_toml.with_name(f"lab-{name}.toml")
+    path.write_text(f"{text.rstrip()}\nbudgets = {{ flashes_per_hour = {flashes_per_hour} }}\n\n"
+                    f"[decision]\n{rows}")
+    return path

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from labwarden.core.decision import DecisionRule, judge, next_windows
+from labwarden.core.measurements import MeasurementRecord, Window
 from labwarden.lab.config import DecisionSection, LabProfile, ProfileError
 from labwarden.tools import parity
 
@@ -116,3 +117,21 @@ def test_the_offered_load_gate_ignores_a_window_edge_but_not_a_changed_load() ->
     assert not parity.offered_load(dec, [6.5] * 5, [6.0] * 5, window_s=20.0).passed
     assert not parity.offered_load(dec, [6.0] * 5, [3.0] * 5).passed
     assert parity.offered_load(dec, [6.0, 6.5, 6.0], [6.0, 6.0, 6.5]).passed
+
+
+def test_the_offered_load_leaves_out_the_window_perf_recorded() -> None:
+    """A sweep's densest point records perf in its first window; on the qlab's one vCPU that
+    window polled 4.5 calls/s against 6.0 (measured, an unchanged build): the gate compares the
+    other windows, and all of them only when every window recorded perf."""
+    def rec(*windows: tuple[float, bool]) -> MeasurementRecord:
+        return MeasurementRecord.model_construct(windows=[
+            Window.model_construct(counters={"rpc_calls": r}, perf_data="perf.data" if p else None)
+            for r, p in windows])
+
+    a = parity.window_loads([rec((4.5, True), (6.0, False))], "rpc_calls")
+    b = parity.window_loads([rec((6.5, True), (6.25, False))], "rpc_calls")
+    assert a == [6.0] and b == [6.25]
+    dec = DecisionSection(offered_load_counter="rpc_calls", offered_load_tolerance_pct=5.0)
+    assert parity.offered_load(dec, a, b).passed
+    assert not parity.offered_load(dec, [4.5, 6.0], [6.5, 6.25]).passed  # what it read before
+    assert parity.window_loads([rec((4.5, True))], "rpc_calls") == [4.5]

@@ -52,6 +52,12 @@ def test_the_qlab_story_and_its_demo_door() -> None:
     assert {s.tool for s in book.steps} <= set(TOOLS)
     assert [s.args["patches"] for s in book.steps if s.tool == "build"] == [
         ["0901"], ["0901", "0902"], ["0901", "0902", "0905"]]
+    # the sweeps it compares carry no perf record (guest work of its own on the qlab's one
+    # vCPU); each flame graph reads a window of its own
+    assert all(s.args["perf"] is False for s in book.steps if s.tool == "sweep")
+    measured = {s.id for s in book.steps if s.tool == "measure"}
+    assert all(s.args["profile_id"].split(".")[0].strip("${") in measured
+               for s in book.steps if s.tool == "symbolize")
     res = CliRunner().invoke(app, ["demo", "--lab-kind", "blab"])
     assert res.exit_code == 2 and "blab" in res.output and "qlab" in res.output
 

@@ -1,0 +1,211 @@
+"""Candidates judged per hour by the unattended loop on a fleet of vlabs against one place (what
+`bench/loop_throughput.py --places N` runs): `labwarden loop`'s library door
+with the stand-in model (tests/messages_standin.py: the model's turns are scripted, answered at
+once) submitting patches and calling `experiment` on each, with the vlab profile's own
+pre-registered [decision] (4 s windows, screening at 114 clients, full sweeps 18/60/114 for
+survivors). Everything but the model is real.
+
+    .venv/bin/python bench/loop_throughput.py --places 2
+
+With --places N: a fleet of N vlabs as places of a real labgrid coordinator and exporter
+(`vlab up --places N`); the same candidates judged by a loop on all N places (every experiment
+asked for at once, as parallel tool calls: each place takes the next as it comes free; a keep
+reproduced on another place first) and by a loop on one of them, one after the other in this
+run. Target: >= 1.8x candidates judged per hour with 2 places, every verdict decided, every keep
+reproduced on the other place, each loop's transcript audited.
+
+One lab's throughput (and the qlab's) is bench/loop_throughput.py without --places.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from labwarden.agent import overnight
+from labwarden.agent.loop import Limits
+from labwarden.agent.model import Model, ModelOptions
+from labwarden.core.experiments import Experiment
+from labwarden.core.records import RecordStore
+from labwarden.lab.config import LabProfile
+from labwarden.transcripts.store import TranscriptStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.messages_standin import MessagesStandIn, ToolUse, Turn, from_result  # the test stand-in
+from tests.patching import BULK, DROP_KEY, NO_OP, change
+
+CANDIDATES: list[tuple[str, dict[str, object] | str]] = [
+    ("bulk-pull", {"diff": change("hal.c", *BULK)}),
+    ("comment", {"diff": change("wld.c", *NO_OP)}),
+    ("0905", "0905"),  # shipped: a cleanup on a path the vlab never takes
+    ("brief-13", {"diff": change("wld.c", *DROP_KEY, patches=("0902",)), "base_patches": ["0902"]}),
+    ("double-sync", {"diff": change("wld.c", "wld_ad_syncStats(ad);",
+                                    "wld_ad_syncStats(ad);\n\t\twld_ad_syncStats(ad);")}),
+    ("0901", "0901"),  # shipped: gate the static write-back
+    ("comment-2", {"diff": change("wld.c", "/* ---- driver pull ---- */",
+                                  "/* ---- the driver pull ---- */")}),
+    ("0100", "0100"),  # shipped: the trace short-circuit, without its config lever
+]
+
+
+def script() -> list[Turn]:
+    turns: list[Turn] = []
+    for name, what in CANDIDATES:
+        if isinstance(what, str):
+            turns.append(Turn(tools=[ToolUse("experiment", {"patch": what})]))
+        else:
+            turns.append(Turn(tools=[ToolUse("patch_submit", {"name": name, **what})]))
+            turns.append(Turn(tools=[ToolUse("experiment", from_result("patch_id", "patch"))]))
+    turns.append(Turn(text="DONE: every candidate judged."))
+    return turns
+
+
+async def run(lab: Path, out: Path) -> tuple[float, str]:
+    turns = script()
+    with MessagesStandIn(turns) as api:
+        model = Model(ModelOptions(base_url=api.url, api_key="sk-standin"))
+        limits = Limits(budget_usd=50.0, max_turns=len(turns) + 2)
+        t0 = time.monotonic()
+        res = await overnight.run_loop(LabProfile.from_file(lab), model, goal="throughput",
+                                       limits=limits, out_dir=out, resume=None)
+        wall = time.monotonic() - t0
+    assert res.outcome.stop == "done", res.outcome
+    return wall, res.session_id
+
+
+def fleet_script() -> list[Turn]:
+    """A fleet's loop: every patch submitted in one turn, then every candidate's experiment in
+    the next as parallel tool calls -- the places take them as they come free."""
+    submits = [(name, what) for name, what in CANDIDATES if not isinstance(what, str)]
+    turns = [Turn(tools=[ToolUse("patch_submit", {"name": name, **what}) for name, what in submits])]
+    uses: list[ToolUse] = []
+    for name, what in CANDIDATES:
+        if isinstance(what, str):
+            uses.append(ToolUse("experiment", {"patch": what}))
+        else:
+            i = [n for n, _ in submits].index(name)
+            uses.append(ToolUse("experiment", nth_result(i, "patch_id", "patch")))
+    turns.append(Turn(tools=uses))
+    turns.append(Turn(text="DONE: every candidate judged."))
+    return turns
+
+
+def nth_result(i: int, key: str, arg: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Tool input {arg: the i-th tool_result's key} of the last turn's results."""
+    def pick(body: dict[str, Any]) -> dict[str, Any]:
+        last = next(m for m in reversed(body["messages"]) if m["role"] == "user"
+                    and not isinstance(m["content"], str))
+        results = [b for b in last["content"] if b.get("type") == "tool_result"]
+        return {arg: json.loads(results[i]["content"][0]["text"])[key]}
+    return pick
+
+
+async def run_fleet(lab: Path, out: Path, goal: str) -> tuple[float, str]:
+    turns = fleet_script()
+    with MessagesStandIn(turns) as api:
+        model = Model(ModelOptions(base_url=api.url, api_key="sk-standin"))
+        limits = Limits(budget_usd=50.0, max_turns=len(turns) + 2)
+        t0 = time.monotonic()
+        res = await overnight.run_loop(LabProfile.from_file(lab), model, goal=goal, limits=limits,
+                                       out_dir=out, resume=None)
+        wall = time.monotonic() - t0
+    assert res.outcome.stop == "done", res.outcome
+    return wall, res.session_id
+
+
+def fleet_experiments(profile: LabProfile, sid: str) -> list[Experiment]:
+    records = RecordStore(profile.data_dir())
+    exps = [records.load("exp", i, Experiment) for i in records.ids("exp")]
+    return [x for x in exps if x.session_id == sid]
+
+
+def fleet_up(root: Path, places: int) -> Path:
+    from labwarden.vlab import fleet
+
+    return Path(fleet.up(root, places, progress=lambda m: print(m, flush=True)).lab_toml)
+
+
+def fleet_down(root: Path) -> None:
+    from labwarden.vlab import fleet
+
+    fleet.down(root)
+
+
+def one_place_profile(lab: Path) -> Path:
+    """The fleet's profile narrowed to its first place (the same DUT, paths and rule)."""
+    text = lab.read_text()
+    places = json.loads(re.search(r"^places = (.*)$", text, flags=re.M).group(1))  # type: ignore[union-attr]
+    one = lab.with_name("lab-one-place.toml")
+    one.write_text(re.sub(r"^places = .*$", f"places = {json.dumps(places[:1])}", text, count=1,
+                          flags=re.M))
+    return one
+
+
+def main_fleet(places: int) -> None:
+    """N places against one, in the same run: the N-place loop first (the one-place loop after
+    it finds the builds cached and A's sweeps done -- in its favour, so the ratio is a floor)."""
+    from labwarden.transcripts.audit import audit
+
+    root = Path(tempfile.mkdtemp(prefix="lw-fleet-throughput-")) / "vlab"
+    rows: list[tuple[int, float, list[Experiment], bool]] = []
+    try:
+        fleet = fleet_up(root, places)
+        one = one_place_profile(fleet)
+        for n, lab in ((places, fleet), (1, one)):
+            wall, sid = asyncio.run(run_fleet(lab, root.parent / f"out-{n}", f"fleet throughput {n}"))
+            profile = LabProfile.from_file(lab)
+            with TranscriptStore(profile.data_dir() / "transcripts.db") as store:
+                ok = audit(store, sid).ok
+            rows.append((n, wall, fleet_experiments(profile, sid), ok))
+    finally:
+        fleet_down(root)
+    console = Console(width=160)
+    t = Table(title="one unattended loop per fleet size, same candidates")
+    for col in ("candidate", "places", "decision", "verdict", "place", "reproduced on", "again",
+                "lab s"):
+        t.add_column(col, justify="right")
+    for n, _, exps, _ok in rows:
+        for x in exps:
+            rep = x.reproduction
+            again = rep.screening.final.verdict if rep and rep.screening and rep.screening.looks else "-"
+            t.add_row(x.patch_name or x.patch, str(n), x.decision, x.verdict or "-", x.place or "-",
+                      (rep.place or "-") if rep else "-", again, f"{x.cost.lab_seconds:.0f}")
+    console.print(t)
+    s = Table(title="candidates judged per hour")
+    for col in ("places", "candidates", "wall s", "per hour", "undecided", "keeps", "keeps reproduced "
+                "on another place", "audit"):
+        s.add_column(col, justify="right")
+    rate = {}
+    for n, wall, exps, ok in rows:
+        rate[n] = len(exps) / wall * 3600
+        undecided = [x.patch_name or x.patch for x in exps if x.decision == "failed"
+                     or x.verdict == "unknown"]
+        kept = [x for x in exps if x.decision == "kept"]
+        elsewhere = [x for x in kept if x.reproduction and x.reproduction.reproduced
+                     and x.reproduction.place != x.place]
+        s.add_row(str(n), str(len(exps)), f"{wall:.0f}", f"{rate[n]:.1f}",
+                  ", ".join(undecided) or "none", str(len(kept)), f"{len(elsewhere)}/{len(kept)}",
+                  "ok" if ok else "FAILED")
+    console.print(s)
+    console.print(f"{places} places vs 1: {rate[places] / rate[1]:.2f}x candidates per hour (target >= 1.8x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--places", type=int, default=2, help="vlab places in the fleet (>= 2)")
+    main_fleet(parser.parse_args().places)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The overnight loop on the qlab, one candidate kept and one refuted (issue [3/2]; the full run,
+five candidates for the qlab's own hot path, is `bench/loop_throughput.py --lab-kind qlab`).
+
+The stand-in Messages API (tests/messages_standin.py) scripts the model's turns: the one thing
+stood in for (a paid API). Everything else is real: `labwarden loop`, a Debian kernel under QEMU
+with mac80211_hwsim radios, hostapd and wpa_supplicant stations, the firmware's nl80211 HAL, the
+tools through the guard, git apply and gcc, flashes through the labgrid strategy (a real boot
+each), perf and uprobes in the guest, the transcript, the records, the morning summary.
+
+The agent writes, as diffs (not the shipped ids):
+- the write-back gate (0901-like, tests/qlab_patches.GATE): kept, "improved", no gate failed;
+- a comment reworded on top of it: "same" by the rule, so refuted.
+
+The clock: the qlab's default, icount (one vCPU, guest time from instructions executed). A no-op
+is "same" only when the equivalence interval fits inside the band (+-10% here, see DECISION); on
+the real-time clock the suite's other qlabs boot on (tests/qlab_fixtures.TEST_CLOCK), windows at
+114 scatter by 4-19% with the host's load (bench/qlab_noise.py), so it could never be called.
+So this module boots its own guest (~30 s more than the real-time one) instead of sharing one.
+
+As cheap as the rule honestly allows: one workload point, 114 stations (where bench/decision.py
+--lab-kind qlab calibrated the rule: a 5% effect decided in 96% of draws, an A/A "same" in
+99.7%, at a median of 5 windows per arm); 4 s windows (2 s ones scattered 5% at 60 stations: two
+polls of stamon's 1 s cadence to a window); A once at a cap of 5, B at the rule's looks 3 and 5;
+the survivor's full sweeps at 114 alone, 2 windows each (cpu_monotonic is then not applicable:
+one point has no order). The agent first proves what runs (fingerprint_verify of the baseline),
+so A is not flashed again; the no-op is submitted on the kept patch, so its A is what runs after
+the survivor's sweeps: four flashes in all (B, then A and B for the sweeps, then the no-op's B),
+each a boot of ~50 s or more on this clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from labwarden.cli.app import app
+from labwarden.core.events import ToolCalled
+from labwarden.core.experiments import Experiment
+from labwarden.core.records import RecordStore
+from labwarden.lab.config import LabProfile
+from labwarden.lab.host.patchstore import patch_id
+from labwarden.transcripts.store import TranscriptStore
+from tests.messages_standin import MessagesStandIn, ToolUse, Turn, from_result
+from tests.qlab_fixtures import Qlab, loop_profile, running_qlab
+from tests.qlab_patches import COMMENT, GATE
+
+pytestmark = pytest.mark.timeout(2400)
+runner = CliRunner()
+
+DECISION: dict[str, object] = {"window_s": 4.0, "settle_s": 5.0, "densities": [114],
+                               "sweep_reps": 2, "min_windows": 3, "step_windows": 2,
+                               "max_windows": 5, "interleave": False, "min_effect_pct": 10.0,
+                               "offered_load_counter": "rpc_calls"}
+"""Pre-registered for this test: the default alpha and beta, a band of +-10% (as the vlab's and
+logfilt's loop tests); a flash is a boot here, so A is measured once (at the cap) and B adds
+windows against it. Why not +-5%: A and B are each one boot, and two boots of the same code read
+apart by more than their windows scatter -- this comment read +0.7% in one run and +3.9% in
+the next (equivalence [+1.3, +6.5]%: undecided at the cap), a no-op on another stack -4.2%."""
+
+
+@pytest.fixture(scope="module")
+def icount_qlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Qlab]:
+    with running_qlab(tmp_path_factory.mktemp("qlab-loop"), clock=None) as q:
+        assert q.info.clock.kind == "icount"
+        yield q
+
+
+@pytest.fixture(autouse=True)
+def _api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-standin")
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+
+
+def test_the_loop_keeps_the_gate_and_refutes_a_no_op(icount_qlab: Qlab, tmp_path: Path) -> None:
+    lab = loop_profile(icount_qlab.layout, "loop", DECISION)
+    gate_id = patch_id("gate-writeback", GATE)[0]
+    baseline = LabProfile.from_file(lab).build.baseline
+    turns = [
+        Turn(text="What is this lab?", tools=[ToolUse("lab_status")]),
+        Turn(text="Which image runs?", tools=[ToolUse("fingerprint_verify", {"build_id": baseline})]),
+        Turn(text="Every poll rewrites each station's static block: gate it.",
+             tools=[ToolUse("patch_submit", {"name": "gate-writeback", "diff": GATE})]),
+        Turn(tools=[ToolUse("experiment", from_result("patch_id", "patch"))]),
+        Turn(tools=[ToolUse("patch_submit", {"name": "comment", "diff": COMMENT,
+                                             "base_patches": [gate_id]})]),
+        Turn(tools=[ToolUse("experiment", from_result("patch_id", "patch"))]),
+        Turn(text="DONE: kept gate-writeback; the comment changed nothing."),
+    ]
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    with MessagesStandIn(turns) as api:
+        res = runner.invoke(app, ["loop", "--lab", str(lab), "--base-url", api.url, "--goal",
+                                  "lower stad CPU at 114 stations", "--budget-usd", "5",
+                                  "--out", str(out)])
+    wall = time.monotonic() - t0
+    assert res.exit_code == 0, res.output
+    assert len(api.requests) == len(turns)
+    prof = LabProfile.from_file(lab)
+    with TranscriptStore(prof.data_dir() / "transcripts.db") as store:
+        sid = next(s.id for s in store.sessions() if s.client == "loop")
+        session = [e.event for e in store.events(sid) if isinstance(e.event, ToolCalled)]
+    events = [e for e in session if e.parent_id is None]
+    assert [(e.call.tool, e.call.ok) for e in events] == [
+        ("lab_status", True), ("fingerprint_verify", True), ("patch_submit", True),
+        ("experiment", True), ("patch_submit", True), ("experiment", True)], \
+        [e.call.error for e in events]
+    gate, noop = events[3].call.result, events[5].call.result
+    print(f"\nqlab loop: {wall:.0f} s wall for 2 experiments")
+    for exp in (gate, noop):
+        if exp:
+            print(f"  {exp['patch']}: {exp['decision']} ({exp['verdict']}) {exp['mean_a']} -> "
+                  f"{exp['mean_b']} ({exp['delta_pct']}%, CI {exp['ci_pct']}, windows "
+                  f"{exp['windows']}, gates failed {exp['gates_failed']}) -- {exp['reason']}")
+    assert gate and gate["patch"] == gate_id and gate["stations"] == 114
+    assert gate["decision"] == "kept" and gate["verdict"] == "improved", gate
+    assert gate["delta_pct"] < -5 and gate["gates_failed"] == [] and gate["sweep_b"]
+    assert "rpc_calls" in (gate["offered_load"] or "")  # measured, and the same (else not kept)
+    assert noop and noop["decision"] == "refuted" and noop["verdict"] == "same", noop
+    lo, hi = noop["equivalence_pct"]
+    assert -10 < lo and hi < 10  # inside the band: that is what "same" means
+    rec = RecordStore(prof.data_dir()).load("exp", gate["experiment_id"], Experiment)
+    assert all(g.passed or g.status == "not_applicable" for g in rec.gates), rec.gates
+    assert {g.name for g in rec.gates if g.passed} >= {"offered_load_parity", "unknown_frames",
+                                                      "functional_parity"}  # one point: no
+    # order (cpu_monotonic) nor slope (rss_bounded) to judge
+    flashes = [e for e in session if e.call.tool == "flash"]
+    assert len(flashes) == 4 and all(f.call.ok for f in flashes)  # A was proven, never reflashed
+    summary = (out / "summary.md").read_text()
+    assert gate_id in summary.split("## Kept")[1].split("## ")[0]
+    assert noop["patch"] in summary.split("## Refuted")[1].split("## ")[0]
+    assert "**Candidates judged:** 2 (1 kept, 0 dropped, 1 refuted, 0 failed)" in summary
+    assert (out / "report.html").exists()
