@@ -9,7 +9,7 @@ INFERNO := .tools/bin/inferno-collapse-perf
 CARGO := $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
 PYTEST_ARGS ?=
 
-.PHONY: setup system python tools qlab test demo bench lint clean
+.PHONY: setup system python tools qlab test test-long demo bench lint clean
 
 setup: system python tools qlab
 
@@ -38,6 +38,10 @@ test: setup
 	$(BIN)/ruff check labwarden tests bench
 	$(BIN)/mypy
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
+
+# the tests marked `long` (tests/conftest.py): the qlab loop, ~10 minutes of real boots
+test-long: setup
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest --long -m long $(PYTEST_ARGS)
 
 demo: setup
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/labwarden demo

@@ -48,7 +48,3 @@ NO_OP = ("/* Volatile counters: written directly, every sample. */",
 """wld.c: a comment -- the same code."""
 BROKEN = ("wld_ad_syncStats(ad);", "wld_ad_syncStats(ad) /* the ; went missing */")
 """wld.c: does not compile."""
-SLOW_HAL = ("for (int i = 0; i < 3; i++) {\n\t\tif (hal_nl_roundtrip(cmds[i], mac, assoc_ns, &m))",
-            "for (int i = 0; i < 6; i++) { /* each set twice: a retry that never fails */\n"
-            "\t\tif (hal_nl_roundtrip(cmds[i % 3], mac, assoc_ns, &m))")
-"""hal.c: every station's three round trips made twice -- the same answers, more CPU."""

@@ -143,11 +143,15 @@ def experiments(lab: Path, sid: str) -> list[Experiment]:
     return sorted((x for x in exps if x.session_id == sid), key=lambda x: x.started_at)
 
 
+@pytest.mark.long  # ~85 s on a quiet 2-core box: make test-long (make test holds 30 minutes)
 def test_experiments_spread_and_a_keep_is_reproduced_elsewhere(fleet: vlab_fleet.FleetInfo,
                                                               tmp_path: Path) -> None:
     """Two experiments asked for in one turn run at once, one per place, both arms on that
     place; the improved one is screened again on the other place before it is kept; every
-    measured call names its place; the audit passes and the summary names the places."""
+    measured call names its place; the audit passes and the summary names the places.
+
+    Marked `long`: make test keeps the dead-place test below, which leases both places through the
+    coordinator and judges a retried experiment in full on the other."""
     lab = quick(fleet)
     turns = [Turn(tools=[ToolUse("patch_submit", {"name": "bulk-pull", "diff": change("hal.c", *BULK)}),
                          ToolUse("patch_submit", {"name": "comment", "diff": change("wld.c", *NO_OP)})]),

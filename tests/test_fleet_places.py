@@ -322,6 +322,11 @@ def test_vlab_up_places_2_then_down(tmp_path: Path) -> None:
         assert all(pin is not None and pin.tasks() for pin in pins)  # the DUTs run in their cpusets
         hub_pids = json.loads((dir / "labgrid" / "hub.json").read_text())["pids"]
         assert all(alive(pid) for pid in hub_pids.values())
+        # a session is on one place: `call` on the fleet's profile says so (it would otherwise
+        # run on the env's template place with the fleet's DUT side)
+        refused = _cli("call", "lab_status", "--lab", str(dir / "lab.toml"))
+        assert refused.returncode != 0 and "names a fleet" in " ".join(refused.stderr.split())
+        assert "labwarden loop --lab PROFILE" in " ".join(refused.stderr.split()), refused.stderr
         status = json.loads(_cli("vlab", "status", "--json", "--dir", str(dir)).stdout)
         assert status["up"] and status["coordinator"] == record["coordinator"]
         assert sorted(status["places"]) == ["vlab-0", "vlab-1"]

@@ -1,6 +1,9 @@
 """The overnight loop on the qlab, one candidate kept and one refuted (issue [3/2]; the full run,
 five candidates for the qlab's own hot path, is `bench/loop_throughput.py --lab-kind qlab`).
 
+Marked `long` (tests/conftest.py): four boots on the icount clock make it ~10 minutes, more than
+`make test` can hold; `make test-long` runs it.
+
 The stand-in Messages API (tests/messages_standin.py) scripts the model's turns: the one thing
 stood in for (a paid API). Everything else is real: `labwarden loop`, a Debian kernel under QEMU
 with mac80211_hwsim radios, hostapd and wpa_supplicant stations, the firmware's nl80211 HAL, the
@@ -48,7 +51,7 @@ from tests.messages_standin import MessagesStandIn, ToolUse, Turn, from_result
 from tests.qlab_fixtures import Qlab, loop_profile, running_qlab
 from tests.qlab_patches import COMMENT, GATE
 
-pytestmark = pytest.mark.timeout(2400)
+pytestmark = [pytest.mark.timeout(2400), pytest.mark.long]  # ~10 min: `make test-long`
 runner = CliRunner()
 
 DECISION: dict[str, object] = {"window_s": 4.0, "settle_s": 5.0, "densities": [114],

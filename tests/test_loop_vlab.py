@@ -4,7 +4,7 @@ The stand-in Messages API (tests/messages_standin.py) scripts the model's turns;
 real: `labwarden loop` on a real vlab, the tools through the guard, git apply and gcc, flashes,
 windows measured with perf and uprobe counters, the transcript, the records, the report. The
 scripted agent starts from lab_status (what the lab is), reads hal.c with the source tools, then
-writes six patches:
+writes five patches:
 
 - the station pull through the bulk path (hal_get_all_stations_bulk, never called today): kept,
   improved, every gate passed;
@@ -13,8 +13,11 @@ writes six patches:
 - the brief reply losing a key: dropped by functional parity;
 - one that does not compile: patch_submit answers with the compiler's lines;
 - a no-op: "same" by the rule (at its first look on a quiet box; any undecided look before it
-  added windows -- the adding itself is pinned in tests/test_abtest_schedule.py), so refuted;
-- every station's HAL round trips made twice: slower, so dropped as "regressed".
+  added windows -- the adding itself is pinned in tests/test_abtest_schedule.py), so refuted.
+
+A slower patch dropped as "regressed" is tests/test_loop_logfilt.py's (and, on the qlab,
+bench/loop_throughput.py --lab-kind qlab's): one fewer experiment here keeps `make test` inside
+its 30 minutes.
 
 The same script on a lab without clients (the second firmware) is tests/test_loop_logfilt.py.
 
@@ -57,7 +60,7 @@ from labwarden.vlab.layout import VlabLayout
 
 from .conftest import needs_uprobes, uprobes_reason
 from .messages_standin import MessagesStandIn, ToolUse, Turn, from_result
-from .patching import BROKEN, BULK, DROP_KEY, NO_OP, SLOW_HAL, SLOW_MONITOR, change
+from .patching import BROKEN, BULK, DROP_KEY, NO_OP, SLOW_MONITOR, change
 
 runner = CliRunner()
 QUICK = {"window_s": "2.0", "densities": "[30, 60]", "sweep_reps": "2", "max_windows": "9",
@@ -219,19 +222,16 @@ def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayou
         Turn(tools=[submit("broken", change("wld.c", *BROKEN))]),
         Turn(tools=[submit("comment", change("wld.c", *NO_OP))]),
         Turn(tools=[experiment()]),
-        Turn(tools=[submit("hal-twice", change("hal.c", *SLOW_HAL))]),
-        Turn(tools=[experiment()]),
         Turn(text="DONE: kept bulk-pull; the rest were refused, dropped or refuted."),
     ]
     out = tmp_path / "run1"
     events, wall = loop(lab, turns, "lower stad CPU at 60 clients", out)
-    print(f"\nrun 1: {wall:.1f} s wall for 4 experiments and 6 submissions")  # the note's figure
+    print(f"\nrun 1: {wall:.1f} s wall for 3 experiments and 5 submissions")  # the note's figure
     got = [(e.call.tool, e.call.ok) for e in events]
     assert got == [("lab_status", True), ("source_search", True), ("source_read", True),
                    ("patch_submit", True), ("experiment", True), ("patch_submit", False),
                    ("patch_submit", True), ("experiment", True), ("patch_submit", False),
-                   ("patch_submit", True), ("experiment", True), ("patch_submit", True),
-                   ("experiment", True)], [e.call.error for e in events]
+                   ("patch_submit", True), ("experiment", True)], [e.call.error for e in events]
     status = events[0].call.result
     assert status and status["workload"]["axis"] == "clients" and status["workload"]["points"] == [30, 60]
     events = events[1:]
@@ -239,15 +239,13 @@ def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayou
     assert search and {"hal.c", "wld.c"} <= {h["path"] for h in search["hits"]}
     assert read and any("hal_get_all_stations_bulk" in ln for ln in read["lines"])
 
-    bulk, drop, noop, slow = (e.call.result for e in (events[3], events[6], events[9], events[11]))
+    bulk, drop, noop = (e.call.result for e in (events[3], events[6], events[9]))
     print("vlab loop ledger:")  # the note's table
-    for exp in (bulk, drop, noop, slow):
+    for exp in (bulk, drop, noop):
         if exp:
             print(f"  {exp['patch']}: {exp['decision']} ({exp['verdict']}) {exp['mean_a']} -> "
                   f"{exp['mean_b']} ({exp['delta_pct']}%, CI {exp['ci_pct']}, windows "
                   f"{exp['windows']}, gates failed {exp['gates_failed']}) -- {exp['reason']}")
-    assert slow and slow["verdict"] == "regressed" and slow["decision"] == "dropped", slow
-    assert slow["delta_pct"] > 5 and slow["gates_failed"] == []
     assert bulk and bulk["decision"] == "kept", bulk
     assert bulk["verdict"] == "improved" and bulk["gates_failed"] == [] and bulk["delta_pct"] < -10
     assert bulk["sweep_a"] and bulk["sweep_b"]
@@ -310,16 +308,15 @@ def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayou
     rejected = summary.split("## Rejected at submission")[1].split("## ")[0]
     assert "`slow-monitor`: protected_path" in rejected and "stamon.c" in rejected
     assert "`broken`: build: compile failed" in rejected and "error" in rejected
-    assert slow["patch"] in dropped and "regressed" in dropped
-    assert "**Candidates judged:** 4 (1 kept, 2 dropped, 1 refuted, 0 failed), 2 rejected at " \
+    assert "**Candidates judged:** 3 (1 kept, 1 dropped, 1 refuted, 0 failed), 2 rejected at " \
         "submission" in summary
     assert "rpc_calls" in summary.split("## This lab's counters")[1]  # the lab's own counters
     assert re.search(r"counters .*rpc_calls [\d.]+/s -> [\d.]+/s", kept), kept
 
     report = (out / "report.html").read_text()
     ledger = report.split('id="ledger-table"')[1].split("</table>")[0]
-    assert ledger.count('class="exp-row"') == 4 and ledger.count('class="rejected-row"') == 2
-    for exp in (bulk, drop, noop, slow):
+    assert ledger.count('class="exp-row"') == 3 and ledger.count('class="rejected-row"') == 2
+    for exp in (bulk, drop, noop):
         assert exp["patch"] in ledger and f'data-decision="{exp["decision"]}"' in ledger
     assert f"{bulk['delta_pct']:+.1f}" in ledger and "compile failed" in ledger
     assert "Differential" in report and report.count('<iframe class="flame"') >= 2

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from labwarden.core.errors import LabError
 from labwarden.guardrails.context import GuardContext
 from labwarden.guardrails.guard import Guard
 from labwarden.guardrails.lease import holder_name
@@ -62,7 +63,16 @@ async def open_device(profile: LabProfile, user: str | None = None, *,
             from labwarden.lab.labgrid import LabgridConfig, PlaceLease
 
             assert profile.dut.labgrid is not None
-            lease = PlaceLease(LabgridConfig(**profile.dut.labgrid.model_dump()), user=user)
+            cfg = LabgridConfig(**profile.dut.labgrid.model_dump())
+            if cfg.is_fleet:
+                # its env names a template place, and a vlab fleet's DUT side is per place: one
+                # session on it would silently run on the template's place with the wrong paths
+                raise LabError(
+                    f"{profile.source or 'the profile'} names a fleet ([dut.labgrid] places, place_match or "
+                    "place_tags): a lab session runs on one place",
+                    "run `labwarden loop --lab PROFILE` (it spreads experiments over the places), or point "
+                    "--lab at one place's own profile ([dut.labgrid] place_profiles)")
+            lease = PlaceLease(cfg, user=user)
             await stack.enter_async_context(lease)  # acquired for the session, released after
             endpoint = lease.endpoint()
             place = lease
