@@ -64,6 +64,23 @@ def test_bisect_split_over_places() -> None:
     assert narrow(-1, 8, [2, 5], ["bad", "unknown"]) == (-1, 2, None)
 
 
+def test_a_place_name_is_one_component_kept_inside_the_data_dir(tmp_path: Path) -> None:
+    """The coordinator names the places: a name that is a path, or a place dir that is a symlink
+    out of DATA/places, is refused before any board state is read or written there."""
+    from labwarden.core.paths import PathRefused
+    from labwarden.runtime.fleet import place_dir
+
+    assert place_dir(tmp_path, "vlab-0") == (tmp_path / "places" / "vlab-0").resolve()
+    for bad in ("../escape", "a/b", "..", ""):
+        with pytest.raises(PathRefused):
+            place_dir(tmp_path, bad)
+    (tmp_path / "places").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "places" / "vlab-1").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(PathRefused, match="outside"):
+        place_dir(tmp_path, "vlab-1")
+
+
 def test_health_bad_needs_a_person(tmp_path: Path) -> None:
     """good/unknown/bad with the reason; a bad place is not made good again by a later call."""
     store = HealthStore(tmp_path)

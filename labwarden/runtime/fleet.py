@@ -33,6 +33,7 @@ from labwarden.core.call import ToolCallRecord, ToolFailure
 from labwarden.core.digest import bounded_args
 from labwarden.core.errors import LabError
 from labwarden.core.events import Note, ToolCalled
+from labwarden.core.paths import within
 from labwarden.core.placehealth import HealthState, HealthStore
 from labwarden.guardrails.context import GuardContext
 from labwarden.guardrails.guard import Guard
@@ -55,11 +56,9 @@ HEALTH = "fleet-health"
 """Author of the Note a place's health change is logged as (the ledger says why a place left)."""
 PROBE_TIMEOUT_S = 8.0
 def place_dir(data_dir: Path, place: str) -> Path:
-    """Where a place's own board state lives (the place name is the coordinator's: one path
-    component, checked)."""
-    if not place or "/" in place or place in (".", ".."):
-        raise ValueError(f"place name {place!r} is not a plain name")
-    return data_dir / "places" / place
+    """Where a place's own board state lives. The place name is the coordinator's, so it is
+    checked as one plain component and the path resolved inside DATA/places (PathRefused)."""
+    return within(data_dir / "places", place, what="place name")
 
 
 def no_dut_endpoint() -> SshEndpoint:
