@@ -132,7 +132,7 @@ class PlacePool:
             note.place = place
             self.home.log(note)
 
-    async def probe(self, ctx: LabSession) -> str | None:
+    async def probe(self, ctx: LabContext) -> str | None:
         """Why the place's DUT is bad (it does not answer; the guard marked its board bad), or
         None. A fresh connection with a short timeout: the session's may be the one that died."""
         if ctx.peek_state().board_health == "bad":
@@ -142,7 +142,9 @@ class PlacePool:
         try:
             async with asyncio.timeout(PROBE_TIMEOUT_S * 2):
                 res = await device.run(["true"], timeout=PROBE_TIMEOUT_S)
-            return None if res.exit_status == 0 else f"the DUT answers but `true` exited {res.exit_status}"
+            if res.exit_status == 0:
+                return None
+            return f"the DUT answers but its shell's true command exited {res.exit_status}"
         except (LabError, TimeoutError) as exc:
             return f"the DUT does not answer: {getattr(exc, 'problem', None) or 'timed out'}"
         finally:

@@ -122,10 +122,8 @@ def narrow(lo: int, hi: int, mids: list[int],
 async def _more_places(ctx: LabContext, stack: contextlib.AsyncExitStack) -> list[LabContext]:
     """On a fleet: sessions on the other good places free now (held for the bisection, released
     after); a place still busy with another experiment is not waited for."""
-    from labwarden.runtime.fleet import PlacePool
-
     pool = ctx.fleet
-    if not isinstance(pool, PlacePool):
+    if pool is None:
         return []
     held = {ctx.place_name} if ctx.place_name else set()
     more: list[LabContext] = []

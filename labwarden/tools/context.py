@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
+from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from pydantic import BaseModel
 
 from labwarden.core.call import ToolCallRecord
 from labwarden.core.errors import LabError, ToolError
+from labwarden.core.placehealth import HealthState, HealthStore
 from labwarden.core.spec import Requirement
 from labwarden.lab import knobs
 from labwarden.lab.boardstate import BoardState, BoardStateFile
@@ -47,6 +49,25 @@ never mix theirs, and a long session keeps none."""
 
 async def no_progress(done: float, total: float | None, message: str) -> None:
     return None
+
+
+class PlaceSessions(Protocol):
+    """What a tool may ask of the fleet's place pool (runtime/fleet.PlacePool, a layer above):
+    which places are good, a session on another place, its own place handed back, a place
+    probed or marked (an experiment's reproduction, a bisection split over places)."""
+
+    health: HealthStore
+
+    async def good_places(self, exclude: Collection[str] = ()) -> list[str]: ...
+
+    def session(self, *, exclude: Collection[str] = (), prefer: str | None = None,
+                timeout_s: float | None = None) -> AbstractAsyncContextManager[LabContext]: ...
+
+    async def hand_back(self, ctx: LabContext) -> None: ...
+
+    async def probe(self, ctx: LabContext) -> str | None: ...
+
+    def mark(self, place: str, state: HealthState, reason: str | None) -> None: ...
 
 
 class Door(Protocol):
@@ -88,7 +109,7 @@ class LabContext:
     place_name: str | None = None
     """The fleet place this session runs on (runtime/fleet.py): stamped on every event it logs.
     None off a fleet."""
-    fleet: Any = None
+    fleet: PlaceSessions | None = None
     """The fleet's place pool (runtime/fleet.PlacePool) when the session runs on one: where a
     tool finds another place (an experiment's reproduction). None off a fleet."""
     board: BoardStateFile = field(init=False, repr=False)

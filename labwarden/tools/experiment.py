@@ -237,10 +237,8 @@ async def _reproduce(ctx: LabContext, exp: Experiment, where: str) -> None:
     other's place cannot deadlock -- or, with no other good place, on its own place again
     (every arm re-flashed). A second place whose DUT dies is marked bad and another is tried;
     a candidate that does not reproduce is dropped with both screenings in the record."""
-    from labwarden.runtime.fleet import PlacePool
-
     pool = ctx.fleet
-    assert isinstance(pool, PlacePool) and exp.screening is not None
+    assert pool is not None and exp.screening is not None
     here = ctx.place_name
     tried = {here} if here else set()
     first = exp.screening.final
