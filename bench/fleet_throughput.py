@@ -26,9 +26,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -42,46 +40,10 @@ from labwarden.lab.config import LabProfile
 from labwarden.transcripts.store import TranscriptStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.messages_standin import MessagesStandIn, ToolUse, Turn, from_result  # the test stand-in
-from tests.patching import BULK, DROP_KEY, NO_OP, change
+# one lab's loop judges the same candidates (this script's directory is on sys.path)
+from loop_throughput import CANDIDATES
 
-CANDIDATES: list[tuple[str, dict[str, object] | str]] = [
-    ("bulk-pull", {"diff": change("hal.c", *BULK)}),
-    ("comment", {"diff": change("wld.c", *NO_OP)}),
-    ("0905", "0905"),  # shipped: a cleanup on a path the vlab never takes
-    ("brief-13", {"diff": change("wld.c", *DROP_KEY, patches=("0902",)), "base_patches": ["0902"]}),
-    ("double-sync", {"diff": change("wld.c", "wld_ad_syncStats(ad);",
-                                    "wld_ad_syncStats(ad);\n\t\twld_ad_syncStats(ad);")}),
-    ("0901", "0901"),  # shipped: gate the static write-back
-    ("comment-2", {"diff": change("wld.c", "/* ---- driver pull ---- */",
-                                  "/* ---- the driver pull ---- */")}),
-    ("0100", "0100"),  # shipped: the trace short-circuit, without its config lever
-]
-
-
-def script() -> list[Turn]:
-    turns: list[Turn] = []
-    for name, what in CANDIDATES:
-        if isinstance(what, str):
-            turns.append(Turn(tools=[ToolUse("experiment", {"patch": what})]))
-        else:
-            turns.append(Turn(tools=[ToolUse("patch_submit", {"name": name, **what})]))
-            turns.append(Turn(tools=[ToolUse("experiment", from_result("patch_id", "patch"))]))
-    turns.append(Turn(text="DONE: every candidate judged."))
-    return turns
-
-
-async def run(lab: Path, out: Path) -> tuple[float, str]:
-    turns = script()
-    with MessagesStandIn(turns) as api:
-        model = Model(ModelOptions(base_url=api.url, api_key="sk-standin"))
-        limits = Limits(budget_usd=50.0, max_turns=len(turns) + 2)
-        t0 = time.monotonic()
-        res = await overnight.run_loop(LabProfile.from_file(lab), model, goal="throughput",
-                                       limits=limits, out_dir=out, resume=None)
-        wall = time.monotonic() - t0
-    assert res.outcome.stop == "done", res.outcome
-    return wall, res.session_id
+from tests.messages_standin import MessagesStandIn, ToolUse, Turn, nth_result  # the test stand-in
 
 
 def fleet_script() -> list[Turn]:
@@ -100,15 +62,6 @@ def fleet_script() -> list[Turn]:
     turns.append(Turn(text="DONE: every candidate judged."))
     return turns
 
-
-def nth_result(i: int, key: str, arg: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """Tool input {arg: the i-th tool_result's key} of the last turn's results."""
-    def pick(body: dict[str, Any]) -> dict[str, Any]:
-        last = next(m for m in reversed(body["messages"]) if m["role"] == "user"
-                    and not isinstance(m["content"], str))
-        results = [b for b in last["content"] if b.get("type") == "tool_result"]
-        return {arg: json.loads(results[i]["content"][0]["text"])[key]}
-    return pick
 
 
 async def run_fleet(lab: Path, out: Path, goal: str) -> tuple[float, str]:

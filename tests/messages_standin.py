@@ -76,6 +76,16 @@ def from_result(key: str, arg: str | None = None) -> Callable[[Body], dict[str, 
     return lambda body: {arg or key: last_result(body)[key]}
 
 
+def nth_result(i: int, key: str, arg: str) -> Callable[[Body], dict[str, Any]]:
+    """Tool input {arg: the i-th tool_result's key} of the last turn's results (parallel calls)."""
+    def pick(body: Body) -> dict[str, Any]:
+        last = next(m for m in reversed(body["messages"]) if m["role"] == "user"
+                    and not isinstance(m["content"], str))
+        results = [b for b in last["content"] if b.get("type") == "tool_result"]
+        return {arg: json.loads(results[i]["content"][0]["text"])[key]}
+    return pick
+
+
 class MessagesStandIn:
     """`with MessagesStandIn(turns) as api:` -> api.url for ANTHROPIC_BASE_URL / base_url."""
 

@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -37,7 +36,7 @@ from labwarden.vlab import control
 from labwarden.vlab import fleet as vlab_fleet
 
 from .conftest import needs_uprobes, uprobes_reason
-from .messages_standin import MessagesStandIn, ToolUse, Turn
+from .messages_standin import MessagesStandIn, ToolUse, Turn, nth_result
 from .patching import BULK, NO_OP, change
 
 QUICK = {"window_s": "2.0", "densities": "[60, 114]", "sweep_reps": "2", "max_windows": "9",
@@ -131,16 +130,6 @@ def quick(info: vlab_fleet.FleetInfo) -> Path:
     path = Path(info.lab_toml).with_name("lab-quick.toml")
     path.write_text(head + tail)
     return path
-
-
-def nth_result(i: int, key: str, arg: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """Tool input {arg: the i-th tool_result's key} of the last turn's results."""
-    def pick(body: dict[str, Any]) -> dict[str, Any]:
-        last = next(m for m in reversed(body["messages"]) if m["role"] == "user"
-                    and not isinstance(m["content"], str))
-        results = [b for b in last["content"] if b.get("type") == "tool_result"]
-        return {arg: json.loads(results[i]["content"][0]["text"])[key]}
-    return pick
 
 
 def run(lab: Path, turns: list[Turn], goal: str, out: Path,

@@ -9,14 +9,18 @@ DIR/lab.toml the fleet's profile; DIR/data its one ledger.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel
 
+from labwarden.lab import hub
 from labwarden.lab.host import cpupin
 from labwarden.lab.host.cpupin import PinError
+
+T = TypeVar("T")
 
 
 class FleetRecord(BaseModel):
@@ -65,6 +69,22 @@ class FleetDir:
 
     def is_fleet(self) -> bool:
         return self.record_file.exists()
+
+    def places_status(self, kind: str, status: Callable[[str], T], error: Callable[[str, str], Exception]
+                      ) -> tuple[FleetRecord, dict[str, T], bool]:
+        """The fleet's record, each place's `status`, and whether the coordinator and exporter
+        run; `error(problem, remedy)` is raised where no fleet is (`kind`: vlab or qlab)."""
+        record = self.record()
+        if record is None:
+            raise error(f"no fleet in {self.root}",
+                        f"`labwarden {kind} up --places N --dir DIR` starts one")
+        places = {name: status(dir) for name, dir in record.places.items()}
+        return record, places, hub.running(self.hub)
+
+
+def place_progress(progress: Callable[[str], None], place: str) -> Callable[[str], None]:
+    """`progress` with each message prefixed by its place's name."""
+    return lambda msg: progress(f"{place}: {msg}")
 
 
 @dataclass(frozen=True)

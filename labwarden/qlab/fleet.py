@@ -12,7 +12,6 @@ socket): the fleet profile flashes by the guest's own sysupgrade; each place's o
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -20,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from labwarden.lab import hub
-from labwarden.lab.fleetdir import FleetDir, FleetProfile, FleetRecord, env_yaml, place_names
+from labwarden.lab.fleetdir import FleetDir, FleetProfile, FleetRecord, env_yaml, place_names, place_progress
 from labwarden.qlab import control, firmware, image, profile_writer
 from labwarden.qlab.layout import QlabLayout
 
@@ -42,18 +41,9 @@ class QlabFleetStatus(BaseModel):
 
 def status(root: str | Path) -> QlabFleetStatus:
     fleet = FleetDir.at(root)
-    record = fleet.record()
-    if record is None:
-        raise control.QlabError(f"no fleet in {fleet.root}",
-                                "`labwarden qlab up --places N --dir DIR` starts one")
-    places = {name: control.status(dir) for name, dir in record.places.items()}
-    hub_up = hub.running(fleet.hub)
+    record, places, hub_up = fleet.places_status("qlab", control.status, control.QlabError)
     return QlabFleetStatus(root=str(fleet.root), up=hub_up and all(st.up for st in places.values()),
                            coordinator=record.coordinator, coordinator_up=hub_up, places=places)
-
-
-def _prefixed(progress: Callable[[str], None], name: str, msg: str) -> None:
-    progress(f"{name}: {msg}")
 
 
 def up(root: str | Path, places: int, *, accel: Literal["auto", "kvm", "tcg"] = "auto",
@@ -78,7 +68,7 @@ def up(root: str | Path, places: int, *, accel: Literal["auto", "kvm", "tcg"] = 
         for name in names:
             progress(name)
             qlabs[name] = control.up(fleet.place_dir(name), accel=accel, clock=clock, memory=memory, smp=smp,
-                                     patches=patches, progress=functools.partial(_prefixed, progress, name))
+                                     patches=patches, progress=place_progress(progress, name))
             _record(fleet, "", {n: q.root for n, q in qlabs.items()})  # down finds them from here on
         progress("labgrid coordinator and exporter")
         return join(fleet.root, qlabs, patches)

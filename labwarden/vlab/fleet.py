@@ -8,7 +8,6 @@ fleet's profile pins one host key and its env YAML names one key, like a fleet o
 from __future__ import annotations
 
 import contextlib
-import functools
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +15,15 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from labwarden.lab import hub
-from labwarden.lab.fleetdir import FleetDir, FleetProfile, FleetRecord, cpus_for, env_yaml, place_names
+from labwarden.lab.fleetdir import (
+    FleetDir,
+    FleetProfile,
+    FleetRecord,
+    cpus_for,
+    env_yaml,
+    place_names,
+    place_progress,
+)
 from labwarden.vlab import control, firmware, profile_writer
 from labwarden.vlab.layout import VlabLayout
 
@@ -54,7 +61,7 @@ def up(root: str | Path, places: int, patches: list[str] | None = None,
                 shutil.copytree(first.keys, layout.keys, dirs_exist_ok=True)
             progress(f"{name} (CPU {cpu})")
             vlabs[name] = control.up(layout.root, patches=patches, cpu=cpu,
-                                     progress=functools.partial(_prefixed, progress, name))
+                                     progress=place_progress(progress, name))
             _record(fleet, "", {n: v.root for n, v in vlabs.items()})  # down finds them from here on
         progress("labgrid coordinator and exporter")
         hub_info = hub.up(fleet.hub, [hub.HubPlace(name=name, port=int(v.ssh.rsplit(":", 1)[1]),
@@ -86,18 +93,9 @@ class FleetStatus(BaseModel):
 
 def status(root: str | Path) -> FleetStatus:
     fleet = FleetDir.at(root)
-    record = fleet.record()
-    if record is None:
-        raise control.VlabError(f"no fleet in {fleet.root}",
-                                "`labwarden vlab up --places N --dir DIR` starts one")
-    places = {name: control.status(dir) for name, dir in record.places.items()}
-    hub_up = hub.running(fleet.hub)
+    record, places, hub_up = fleet.places_status("vlab", control.status, control.VlabError)
     return FleetStatus(root=str(fleet.root), up=hub_up and all(st.up for st in places.values()),
                        coordinator=record.coordinator, coordinator_up=hub_up, places=places)
-
-
-def _prefixed(progress: Callable[[str], None], name: str, msg: str) -> None:
-    progress(f"{name}: {msg}")
 
 
 def _record(fleet: FleetDir, coordinator: str, places: dict[str, str]) -> None:
