@@ -4,7 +4,7 @@ lab's parts are, then the commands a user runs next."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Protocol
 
 import typer
 from rich.table import Table
@@ -26,3 +26,28 @@ def show_up(kind: str, dir: Path, rows: list[tuple[str, str]], first_next: str) 
         table.add_row(what, where)
     out.print(table)
     out.print(f"next: {first_next}   |   labwarden {kind} down --dir {dir}")
+
+
+class FleetShown(Protocol):
+    """What `vlab status` and `qlab status` show of a fleet (vlab.fleet / qlab.fleet status)."""
+
+    coordinator: str
+    coordinator_up: bool
+    up: bool
+
+    def model_dump_json(self) -> str: ...
+
+
+def show_fleet(fst: FleetShown, places: dict[str, str], json_out: bool) -> None:
+    """The fleet's coordinator and a line per place (`places`: name -> what to say of it);
+    exit 1 unless everything runs."""
+    if json_out:
+        out.print_json(fst.model_dump_json())
+    else:
+        table = Table("what", "value", show_header=False)
+        table.add_row("coordinator", f"{fst.coordinator} ({'up' if fst.coordinator_up else 'DOWN'})")
+        for name, line in places.items():
+            table.add_row(f"place {name}", line)
+        out.print(table)
+    if not fst.up:
+        raise typer.Exit(1)

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from labwarden.cli.bringup import PatchOpt, PlacesOpt, PortOpt, show_up
+from labwarden.cli.bringup import PatchOpt, PlacesOpt, PortOpt, show_fleet, show_up
 from labwarden.cli.common import JsonOpt, err, fail, fail_on, out
 from labwarden.core.errors import LabError
 from labwarden.lab.fleetdir import FleetDir
@@ -118,17 +118,8 @@ def qlab_status(dir: DirOpt = DEFAULT_QLAB_DIR,
     the coordinator and each place's qlab."""
     if FleetDir.at(dir).is_fleet():
         fst = fleet.status(dir)
-        if json_out:
-            out.print_json(fst.model_dump_json())
-        else:
-            table = Table("what", "value", show_header=False)
-            table.add_row("coordinator", f"{fst.coordinator} ({'up' if fst.coordinator_up else 'DOWN'})")
-            for name, pst in fst.places.items():
-                ssh = f", ssh {pst.ssh}" if pst.ssh else ""
-                table.add_row(f"place {name}", f"{pst.root}: {pst.state}{ssh}")
-            out.print(table)
-        if not fst.up:
-            raise typer.Exit(1)
+        show_fleet(fst, {name: f"{pst.root}: {pst.state}" + (f", ssh {pst.ssh}" if pst.ssh else "")
+                         for name, pst in fst.places.items()}, json_out)
         return
     st = control.status(dir, ask_guest=guest)
     if json_out:

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from labwarden.cli.bringup import PatchOpt, PlacesOpt, PortOpt, show_up
+from labwarden.cli.bringup import PatchOpt, PlacesOpt, PortOpt, show_fleet, show_up
 from labwarden.cli.common import JsonOpt, err, fail, fail_on, out
 from labwarden.core.errors import LabError
 from labwarden.lab.fleetdir import FleetDir
@@ -107,17 +107,9 @@ def vlab_status(dir: DirOpt = DEFAULT_VLAB_DIR,
 
 def _fleet_status(dir: Path, json_out: bool) -> None:
     fst = fleet.status(dir)
-    if json_out:
-        out.print_json(fst.model_dump_json())
-    else:
-        table = Table("what", "value", show_header=False)
-        table.add_row("coordinator", f"{fst.coordinator} ({'up' if fst.coordinator_up else 'DOWN'})")
-        for name, st in fst.places.items():
-            table.add_row(f"place {name}", f"{st.root}: " + (
-                f"up, ssh 127.0.0.1:{st.ssh_port}, running {st.running_version or '?'}" if st.up else "DOWN"))
-        out.print(table)
-    if not fst.up:
-        raise typer.Exit(1)
+    show_fleet(fst, {name: f"{st.root}: " + (
+        f"up, ssh 127.0.0.1:{st.ssh_port}, running {st.running_version or '?'}" if st.up else "DOWN")
+        for name, st in fst.places.items()}, json_out)
 
 
 @app.command("associate")
