@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ import attr
 from labgrid.factory import target_factory
 from labgrid.step import step
 from labgrid.strategy import Strategy
+
+from labwarden.lab.hub import free_port, port_open
 
 BIN = Path(sys.executable).parent
 EXPORTER = "vlab-exporter"
@@ -51,12 +52,6 @@ class LabgridLab:
         return None if value == "None" else value
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_until(what: str, ready: object, procs: list[subprocess.Popen[bytes]], timeout: float = 15) -> None:
     deadline = time.monotonic() + timeout
     while not ready():  # type: ignore[operator]
@@ -66,14 +61,6 @@ def _wait_until(what: str, ready: object, procs: list[subprocess.Popen[bytes]], 
         if time.monotonic() > deadline:
             raise TimeoutError(f"labgrid fixture: {what} not ready after {timeout} s")
         time.sleep(0.05)
-
-
-def _port_open(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-        return True
-    except OSError:
-        return False
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -118,7 +105,7 @@ def running_labgrid(root: Path, ssh_port: int, place: str = "vlab") -> Iterator[
     try:
         # cwd=root: the coordinator keeps places.yaml/resources.yaml in its working directory
         start([str(BIN / "labgrid-coordinator"), "-l", lab.coordinator], "coordinator.log")
-        _wait_until("coordinator", lambda: _port_open(port), procs)
+        _wait_until("coordinator", lambda: port_open(port), procs)
         start([str(BIN / "labgrid-exporter"), "-c", lab.coordinator, "-n", EXPORTER,
                "--hostname", "127.0.0.1", str(root / "exporter.yaml")], "exporter.log")
         _wait_until("exporter's NetworkService",

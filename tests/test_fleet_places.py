@@ -336,7 +336,7 @@ def test_vlab_up_places_2_then_down(tmp_path: Path) -> None:
     assert _cli("vlab", "status", "--dir", str(dir)).returncode == 1  # nothing up there
     assert not any(alive(pid) for pid in hub_pids.values())
     assert not (dir / "labgrid").exists() and not (dir / "fleet.json").exists()  # places.yaml went too
-    assert not hub._port_open(int(record["coordinator"].rsplit(":", 1)[1]))
+    assert not hub.port_open(int(record["coordinator"].rsplit(":", 1)[1]))
     for place_dir in record["places"].values():
         assert procs.processes_under(Path(place_dir)) == []
     assert all(pin is not None and (pin.cgroup is None or not pin.cgroup.exists()) for pin in pins)

@@ -56,13 +56,13 @@ class HubInfo(BaseModel):
     pids: dict[str, int]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _port_open(port: int) -> bool:
+def port_open(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
         return True
@@ -105,11 +105,11 @@ def up(dir: Path, places: list[HubPlace]) -> HubInfo:
         p.name: {"NetworkService": {"address": p.address, "port": p.port, "username": p.username}}
         for p in places}, indent=1) + "\n")
     try:
-        port = _free_port()
+        port = free_port()
         coordinator = f"127.0.0.1:{port}"
         # -l: labgrid's default binds every interface; a lab without authentication stays on loopback
         proc = _start(dir, "coordinator", [str(BIN / "labgrid-coordinator"), "-l", coordinator])
-        _wait(f"labgrid-coordinator on {coordinator}", lambda: _port_open(port), proc,
+        _wait(f"labgrid-coordinator on {coordinator}", lambda: port_open(port), proc,
               dir / "coordinator.log")
         exporter = _start(dir, "exporter", [str(BIN / "labgrid-exporter"), "-c", coordinator, "-n", EXPORTER,
                                             "--hostname", "127.0.0.1", str(dir / "exporter.yaml")])
