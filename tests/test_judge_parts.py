@@ -147,3 +147,47 @@ def test_workload_points_come_from_the_load_unless_declared() -> None:
     assert load_drivers.points(_profile(decision={"densities": [0]})) == [0]
     with pytest.raises(ProfileError, match=r"decision\.densities"):
         _profile(decision={"densities": [18, 60]})  # a load of kind none holds no clients
+
+
+def test_a_sweep_stands_in_for_a_only_on_its_own_board(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An earlier experiment's sweep of the same build is A's sweep again -- on its own place
+    only: on a fleet, a sweep from another place would compare A and B across boards. No lab:
+    the context is a stand-in (its profile and place are read) and a new sweep is recorded, not
+    run."""
+    import asyncio
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from labwarden.core.experiments import Experiment
+    from labwarden.core.measurements import SweepPoint, SweepRecord
+    from labwarden.core.records import RecordStore
+    from labwarden.tools import experiment
+
+    profile = _profile(decision={"densities": [0], "sweep_reps": 2, "window_s": 3.0})
+    store = RecordStore(tmp_path)
+    point = SweepPoint(stations=0, profile_id="prof-0000000000d4", cpu_mean=1.0, cpu_stdev=0.0,
+                       cpu_per_rep=[1.0], idle_cpu_mean=None, counters={}, rss_kb=1, per_radio=[],
+                       clients_held=True)
+    old, now = "swp-0000000000a1", datetime.now(UTC)
+    store.save("swp", old, SweepRecord(id=old, started_at=now, window_s=3.0, reps=2,
+                                       build_id="a" * 16, points=[point], cleanup_count=None))
+    store.save("exp", "exp-0000000000c3", Experiment(
+        id="exp-0000000000c3", patch="p", ref="HEAD", build_a="a" * 16, started_at=now,
+        decision="kept", reason="", sweep_a=old, place="vlab-1"))
+    swept: list[str] = []
+
+    async def sweep(ctx: Any, build: str, label: str) -> str:
+        swept.append(build)
+        return "swp-0000000000b2"
+
+    monkeypatch.setattr(experiment, "_sweep", sweep)
+
+    def on(place: str | None) -> str:
+        ctx = SimpleNamespace(profile=profile, place_name=place)
+        return asyncio.run(experiment._a_sweep(ctx, store, "a" * 16, "A"))  # type: ignore[arg-type]
+
+    assert on("vlab-1") == old and swept == []
+    assert on("vlab-0") == "swp-0000000000b2" and swept == ["a" * 16]
+    assert on(None) == "swp-0000000000b2"  # off a fleet, a fleet place's sweep is another board's too
+

@@ -99,11 +99,14 @@ def _label(patches: list[str], ref: str) -> str:
 
 
 async def _a_sweep(ctx: LabContext, store: RecordStore, build: str, label: str) -> str:
-    """A's full sweep: an earlier one of the same build and settings (a kept candidate's sweep
-    is the next base's), else a new one."""
+    """A's full sweep: an earlier one of the same build and settings on the same board (a kept
+    candidate's sweep is the next base's), else a new one. On a fleet a sweep from another place
+    never stands in for A: A and B are compared on one board."""
     dec = ctx.profile.decision
     for eid in reversed(store.ids("exp")):
         exp = store.load("exp", eid, Experiment)
+        if exp.place != ctx.place_name:
+            continue
         for sid, bid in ((exp.sweep_b, exp.build_b), (exp.sweep_a, exp.build_a)):
             if sid and bid == build:
                 try:
@@ -249,6 +252,10 @@ async def _reproduce(ctx: LabContext, exp: Experiment, where: str) -> None:
             else:
                 rep = Reproduction(place=None, error="no good place left to screen it again on")
             break
+        # its place goes to the next experiment while it reproduces elsewhere: its sweeps are
+        # on record first (as not finished), to stand in for A on that place (_a_sweep)
+        RecordStore(ctx.data_dir).save("exp", exp.id, exp.model_copy(update={
+            "decision": "failed", "reason": "not finished: reproducing on another place"}))
         await pool.hand_back(ctx)
         async with pool.session(exclude=tried) as other:
             rep = await _screen_again(other, exp, same_place=False)
