@@ -94,6 +94,30 @@ def test_health_bad_needs_a_person(tmp_path: Path) -> None:
                                                                            "vlab-1": "bad"}
 
 
+def test_a_lease_handed_back_on_purpose_ends_its_renewal_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    """A fleet experiment hands its place back while it reproduces elsewhere: the renewal of its
+    call stops without the "lease was lost" warning (that one means another holder took it)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from labwarden.runtime import leasekeeper
+
+    renewed: list[bool] = []
+
+    async def renew() -> bool:
+        renewed.append(True)
+        lease.held = False  # taken over
+        return False
+
+    lease = SimpleNamespace(held=False, renew=renew)
+    guard = SimpleNamespace(lease=lease)
+    asyncio.run(leasekeeper._keep(guard, 0.01))  # type: ignore[arg-type]
+    assert renewed == [] and "lost" not in caplog.text
+    lease.held = True
+    asyncio.run(leasekeeper._keep(guard, 0.01))  # type: ignore[arg-type]
+    assert renewed == [True] and "the DUT lease was lost" in caplog.text
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("LG_COORDINATOR", "LG_USERNAME", "LG_HOSTNAME", "LG_ENV"):

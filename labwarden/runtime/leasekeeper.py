@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 async def _keep(guard: Guard, every: float) -> None:
     while True:
         await asyncio.sleep(every)
+        if not guard.lease.held:  # handed back on purpose (a fleet place released): nothing lost
+            return
         try:
             if not await guard.lease.renew():
                 log.warning("the DUT lease was lost while a call ran (taken over after it expired)")
