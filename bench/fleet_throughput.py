@@ -5,7 +5,7 @@ once) submitting patches and calling `experiment` on each, with the vlab profile
 pre-registered [decision] (4 s windows, screening at 114 clients, full sweeps 18/60/114 for
 survivors). Everything but the model is real.
 
-    .venv/bin/python bench/loop_throughput.py --places 2
+    .venv/bin/python bench/loop_throughput.py --places 2 [--rounds 2]
 
 With --places N: a fleet of N vlabs as places of a real labgrid coordinator and exporter
 (`vlab up --places N`); the same candidates judged by a loop on all N places (every experiment
@@ -46,9 +46,11 @@ from loop_throughput import CANDIDATES
 from tests.messages_standin import MessagesStandIn, ToolUse, Turn, nth_result  # the test stand-in
 
 
-def fleet_script() -> list[Turn]:
+def fleet_script(rounds: int = 1) -> list[Turn]:
     """A fleet's loop: every patch submitted in one turn, then every candidate's experiment in
-    the next as parallel tool calls -- the places take them as they come free."""
+    the next as parallel tool calls -- the places take them as they come free. With `rounds`
+    > 1 every candidate is judged that many times (a longer night: a place's one sweep of A is
+    paid once however many candidates follow)."""
     submits = [(name, what) for name, what in CANDIDATES if not isinstance(what, str)]
     turns = [Turn(tools=[ToolUse("patch_submit", {"name": name, **what}) for name, what in submits])]
     uses: list[ToolUse] = []
@@ -58,14 +60,14 @@ def fleet_script() -> list[Turn]:
         else:
             i = [n for n, _ in submits].index(name)
             uses.append(ToolUse("experiment", nth_result(i, "patch_id", "patch")))
-    turns.append(Turn(tools=uses))
+    turns.append(Turn(tools=uses * rounds))
     turns.append(Turn(text="DONE: every candidate judged."))
     return turns
 
 
 
-async def run_fleet(lab: Path, out: Path, goal: str) -> tuple[float, str]:
-    turns = fleet_script()
+async def run_fleet(lab: Path, out: Path, goal: str, rounds: int = 1) -> tuple[float, str]:
+    turns = fleet_script(rounds)
     with MessagesStandIn(turns) as api:
         model = Model(ModelOptions(base_url=api.url, api_key="sk-standin"))
         limits = Limits(budget_usd=50.0, max_turns=len(turns) + 2)
@@ -105,7 +107,7 @@ def one_place_profile(lab: Path) -> Path:
     return one
 
 
-def main_fleet(places: int) -> None:
+def main_fleet(places: int, rounds: int = 1) -> None:
     """N places against one, in the same run: the N-place loop first (the one-place loop after
     it finds the builds cached and A's sweeps done -- in its favour, so the ratio is a floor)."""
     from labwarden.transcripts.audit import audit
@@ -116,7 +118,8 @@ def main_fleet(places: int) -> None:
         fleet = fleet_up(root, places)
         one = one_place_profile(fleet)
         for n, lab in ((places, fleet), (1, one)):
-            wall, sid = asyncio.run(run_fleet(lab, root.parent / f"out-{n}", f"fleet throughput {n}"))
+            wall, sid = asyncio.run(run_fleet(lab, root.parent / f"out-{n}", f"fleet throughput {n}",
+                                              rounds))
             profile = LabProfile.from_file(lab)
             with TranscriptStore(profile.data_dir() / "transcripts.db") as store:
                 ok = audit(store, sid).ok
@@ -157,7 +160,9 @@ def main_fleet(places: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--places", type=int, default=2, help="vlab places in the fleet (>= 2)")
-    main_fleet(parser.parse_args().places)
+    parser.add_argument("--rounds", type=int, default=1, help="judge every candidate this many times")
+    args = parser.parse_args()
+    main_fleet(args.places, args.rounds)
 
 
 if __name__ == "__main__":

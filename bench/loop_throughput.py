@@ -150,6 +150,8 @@ def main() -> None:
     ap.add_argument("--places", type=int, default=0,
                     help="a fleet of N vlab places (real coordinator and exporter) against one place, in "
                     "one run (bench/fleet_throughput.py); 0: one lab")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="with --places: judge every candidate this many times (a longer night)")
     args = ap.parse_args()
     kind = args.lab_kind
     if args.places:
@@ -157,7 +159,7 @@ def main() -> None:
             ap.error("--places runs a fleet of vlabs: leave out --lab-kind qlab")
         from fleet_throughput import main_fleet  # this script's directory is on sys.path
 
-        main_fleet(args.places)
+        main_fleet(args.places, args.rounds)
         return
     root = Path(tempfile.mkdtemp(prefix="lw-throughput-")) / kind
     load_before = os.getloadavg()
