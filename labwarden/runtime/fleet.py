@@ -116,7 +116,8 @@ class PlacePool:
     async def session(self, *, exclude: Collection[str] = (), prefer: str | None = None,
                       timeout_s: float | None = None) -> AsyncIterator[LabSession]:
         """A lab session on a free good place not in `exclude` (waits for one, at most
-        `timeout_s` if given), released after."""
+        `timeout_s` if given), released after. A place whose board is unknown proves itself
+        first (`prove`); one that fails is marked bad and another is taken."""
         tried = set(exclude)
         while True:
             lease = await self.fleet.lease(exclude={*tried, *self.health.bad()}, prefer=prefer,
