@@ -30,6 +30,8 @@ from labwarden.core.records import RecordStore
 from labwarden.lab.boardstate import BoardState
 from labwarden.lab.config import LabProfile
 from labwarden.lab.dut import procs
+from labwarden.report.data import collect
+from labwarden.report.render import render
 from labwarden.runtime.fleet import open_fleet, place_dir
 from labwarden.runtime.runner import call_tool
 from labwarden.tools.powercycle import AUTHOR, power_cycle
@@ -192,3 +194,6 @@ def test_a_keep_on_one_place_is_screened_again_after_a_power_cycle(fleet: vlab_f
     assert after and after[0].call.tool == "fingerprint_verify" and after[0].call.ok, after[:1]
     assert any(c.call.tool == "measure" for c in after)
     assert {c.place for c in under} == {PLACE}
+    with TranscriptStore(prof.data_dir() / "transcripts.db") as store:
+        html = render(collect(store, sid, prof.data_dir(), "one place"))
+    assert f"again on {PLACE} after a power cycle" in html
