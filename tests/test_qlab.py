@@ -25,6 +25,7 @@ from labwarden.lab.labgrid import transition as labgrid_transition
 from labwarden.qlab import control, ctlsock, firmware, guestssh, procs, stations
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
+from labwarden.tools.powercycle import power_cycle
 from tests.qlab_fixtures import Qlab
 
 pytestmark = pytest.mark.timeout(900)
@@ -237,6 +238,29 @@ async def test_power_cycle_through_the_strategy_and_a_refused_image(qlab: Qlab, 
     assert not reply.ok and "inside" in (reply.error or "")
     assert await asyncio.to_thread(control.boot_id, qlab.endpoint) == after
     bad.unlink()
+
+
+@pytest.mark.long  # one more reboot of the module's guest; run with --long
+@pytest.mark.anyio
+async def test_the_power_driver_cycles_a_labgrid_dut_and_verifies_it_again(qlab: Qlab) -> None:
+    """What a one-place fleet's reproduction runs first (tools/powercycle.py): for `[flash] kind =
+    "labgrid"` the Strategy from a fresh target with no image -- a new boot -- then the build
+    that ran is fingerprint-verified again."""
+    prof = LabProfile.from_file(qlab.layout.lab_toml)
+    manifest = (await asyncio.to_thread(qlab.sh, "cat /usr/lib/lwfw/manifest")).stdout
+    found = re.search(r"^build_id=(\w+)", manifest, re.M)
+    assert found, manifest
+    running = found.group(1)
+    before = await asyncio.to_thread(control.boot_id, qlab.endpoint)
+    async with open_lab(prof) as ctx:
+        rec = await call_tool(ctx, "fingerprint_verify", {"build_id": running})
+        assert rec.ok and rec.result and rec.result["verified"], rec
+        cycle = await power_cycle(ctx)
+        assert ctx.peek_state().verified_build == running
+    after = await asyncio.to_thread(control.boot_id, qlab.endpoint)
+    assert cycle.done and cycle.verified == running, cycle
+    assert cycle.how.endswith("Strategy -> shell, no image"), cycle.how
+    assert after != before and control.status(qlab.root).boot_id == after
 
 
 @pytest.mark.anyio

@@ -132,12 +132,25 @@ class Cost(BaseModel):
     window_seconds: float = Field(0.0, description="of which measurement windows")
 
 
+class PowerCycle(BaseModel):
+    """The place power-cycled before a one-place reproduction -- or why it could not be."""
+
+    done: bool = Field(description="the DUT was power-cycled and came back")
+    how: str = Field(description="what was done (the power driver's words), or why no power "
+                     "cycle was possible or it failed")
+    seconds: float | None = Field(None, description="until the target ran again")
+    verified: str | None = Field(None, description="the build fingerprint-verified after it")
+
+
 class Reproduction(BaseModel):
     """A candidate decided "improved" screened again before it is kept: on another place of the
-    fleet (A and B both there), or on the same place when it is the only good one."""
+    fleet (A and B both there), or on the same place when it is the only good one -- after a
+    power cycle of that place where its kind allows one."""
 
     place: str | None = Field(description="where it was screened again")
     same_place: bool = Field(False, description="the fleet had no other good place")
+    power_cycle: PowerCycle | None = Field(None, description="on the same place: the power cycle "
+                                           "before the second screening, or why there was none")
     build_a: str | None = Field(None, description="A built for that place (a vlab's paths differ)")
     build_b: str | None = None
     screening: Screening | None = Field(None, description="the second screening (None: it "
@@ -146,9 +159,12 @@ class Reproduction(BaseModel):
     error: str | None = None
 
     def describe(self) -> str:
+        cycle = self.power_cycle
+        after = "" if cycle is None else (" after a power cycle" if cycle.done
+                                          else f" without a power cycle ({cycle.how})")
         if self.screening is None or not self.screening.looks:
-            return f"no second screening on {self.place}: {self.error or 'not run'}"
-        return f"on {self.place}: {self.screening.final.describe()}"
+            return f"no second screening on {self.place}{after}: {self.error or 'not run'}"
+        return f"on {self.place}{after}: {self.screening.final.describe()}"
 
 
 class Experiment(BaseModel):

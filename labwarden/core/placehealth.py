@@ -1,6 +1,7 @@
 """Per-place health of a fleet as LAVA keeps it: good, unknown or bad, with the reason and since
 when. Kept in DATA/fleet/health.json (one record per place); a bad place stays bad until a
-person clears it (removes its entry), whatever later calls elsewhere do."""
+person clears it (`labwarden lab clear-bad --place NAME`: it becomes unknown and must prove
+itself again), whatever later calls elsewhere do."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 HealthState = Literal["good", "unknown", "bad"]
 
@@ -21,6 +22,7 @@ class PlaceState(BaseModel):
     state: HealthState
     reason: str | None = None
     since: datetime
+    cleared_by: str | None = Field(None, description="the person who last cleared it from bad")
 
 
 class HealthStore:
@@ -52,12 +54,38 @@ class HealthStore:
             return False
         if old is not None and old.state == "bad" and state != "bad":
             return False
-        known[place] = PlaceState(place=place, state=state, reason=reason, since=datetime.now(UTC))
+        known[place] = PlaceState(place=place, state=state, reason=reason, since=datetime.now(UTC),
+                                  cleared_by=old.cleared_by if old is not None else None)
+        self._write(known)
+        return True
+
+    def clear(self, place: str, by: str, reason: str = "") -> PlaceState:
+        """A person clears a bad place: it becomes unknown, with who cleared it and why; the
+        fleet leases it again, and its next call proves it (good) or finds it bad again.
+        NotBad when it is not bad (nothing to clear)."""
+        known = self.all()
+        old = known.get(place)
+        if old is None or old.state != "bad":
+            raise NotBad(place, old)
+        known[place] = PlaceState(place=place, state="unknown", since=datetime.now(UTC), cleared_by=by,
+                                  reason=f"cleared by {by}" + (f": {reason}" if reason else "")
+                                  + f" (was bad: {old.reason or 'no reason'}); it must prove itself again")
+        self._write(known)
+        return known[place]
+
+    def _write(self, known: dict[str, PlaceState]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps({k: v.model_dump(mode="json") for k, v in sorted(known.items())},
                                   indent=2) + "\n")
         tmp.replace(self.path)
-        return True
+
+
+class NotBad(Exception):
+    """Clearing a place that is not bad: `state` is its record (None: it has none yet)."""
+
+    def __init__(self, place: str, state: PlaceState | None) -> None:
+        super().__init__(f"{place} is {state.state if state else 'unknown (no record)'}, not bad")
+        self.place, self.state = place, state
 
 

@@ -91,7 +91,8 @@ class Guard:
     def _health(self, spec: ToolSpec, args: dict[str, Any], state: BoardState) -> None:
         if state.board_health == "bad" and spec.health != "observe":
             raise refuse(spec.name, "board_bad", f"the board is bad: {state.health_reason}",
-                         "a person must inspect it, then `labwarden lab clear-bad`")
+                         "a person must inspect it, then `labwarden lab clear-bad` (with --place "
+                         "on a fleet)")
         if state.board_health == "unknown":
             known = {self.ctx.profile.build.baseline, state.verified_build} - {None}
             unknown_image = spec.health == "restore" and spec.image_arg is not None \

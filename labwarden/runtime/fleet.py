@@ -16,7 +16,8 @@ Health (LAVA's good/unknown/bad, with the reason): after a DUT call fails on a p
 is probed; a DUT that does not answer (or whose board the guard marked bad) makes the place
 "bad" and the call is retried on another place -- never kept on partial data; the failed
 attempt stays in the ledger. `Fleet.lease` is told to skip bad places. A bad place stays bad
-until a person clears it (DATA/fleet/health.json).
+until a person clears it (`labwarden lab clear-bad --place`, runtime/placeadmin.py); a place
+whose board is unknown runs a health check before any call there (`PlacePool.prove`).
 """
 
 from __future__ import annotations
@@ -115,15 +116,44 @@ class PlacePool:
     async def session(self, *, exclude: Collection[str] = (), prefer: str | None = None,
                       timeout_s: float | None = None) -> AsyncIterator[LabSession]:
         """A lab session on a free good place not in `exclude` (waits for one, at most
-        `timeout_s` if given), released after."""
-        lease = await self.fleet.lease(exclude={*exclude, *self.health.bad()}, prefer=prefer,
-                                       timeout_s=timeout_s if timeout_s is not None
-                                       else self.lease_timeout_s)
-        try:
-            async with open_place(self.home, lease, self) as ctx:
-                yield ctx
-        finally:
-            await lease.release()
+        `timeout_s` if given), released after. A place whose board is unknown proves itself
+        first (`prove`); one that fails is marked bad and another is taken."""
+        tried = set(exclude)
+        while True:
+            lease = await self.fleet.lease(exclude={*tried, *self.health.bad()}, prefer=prefer,
+                                           timeout_s=timeout_s if timeout_s is not None
+                                           else self.lease_timeout_s)
+            assert lease.place is not None
+            try:
+                async with open_place(self.home, lease, self) as ctx:
+                    why = await self.prove(ctx)
+                    if why is None:
+                        yield ctx
+                        return
+                    self.mark(lease.place, "bad", why)
+            finally:
+                await lease.release()
+            tried.add(lease.place)
+
+    async def prove(self, ctx: LabContext) -> str | None:
+        """A place whose board is unknown (a flash it did not come back from; a person cleared
+        it) runs the health check the guard asks for before anything else there, as a single
+        board must: flash the last image verified on it (else the profile's baseline), then
+        fingerprint_verify it. Why it failed, or None (the board is good, or now proved)."""
+        state = ctx.peek_state()
+        if state.board_health != "unknown":
+            return None
+        image = state.verified_build or ctx.profile.build.baseline
+        if image is None:
+            return (f"its board is unknown ({state.health_reason}) and no image is known good "
+                    "there to run a health check with")
+        for name in ("flash", "fingerprint_verify"):
+            why = _failed(await call_tool(ctx, name, {"build_id": image}))
+            if why is not None:
+                return f"health check failed at {name} of {image}: {why[:200]}"
+        if ctx.peek_state().board_health != "good":
+            return f"health check did not prove {image}: {ctx.peek_state().health_reason}"
+        return None
 
     def mark(self, place: str, state: HealthState, reason: str | None) -> None:
         if self.health.mark(place, state, reason):

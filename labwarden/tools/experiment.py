@@ -32,6 +32,7 @@ from labwarden.core.experiments import (
     FlameRef,
     FunctionDelta,
     Gate,
+    PowerCycle,
     Reproduction,
 )
 from labwarden.core.measurements import SweepRecord
@@ -48,6 +49,7 @@ from labwarden.results.sweep import SweepOutput
 from labwarden.results.symbolize import SymbolizeOutput
 from labwarden.tools import abtest, parity
 from labwarden.tools.context import LabContext
+from labwarden.tools.powercycle import power_cycle
 from labwarden.transcripts import pricing
 
 
@@ -234,12 +236,31 @@ async def _screen_again(on: LabContext, exp: Experiment, *, same_place: bool) ->
     return rep
 
 
+async def _again_after_power_cycle(ctx: LabContext, exp: Experiment) -> Reproduction:
+    """The one-place reproduction: the place power-cycled and its build verified again first
+    (tools/powercycle.py); where its kind has no power driver, screened again without one and
+    the record says why; a DUT that does not come back is not screened (and is probed)."""
+    assert ctx.fleet is not None and ctx.place_name is not None
+    try:
+        cycle = await power_cycle(ctx)
+    except LabError as exc:
+        failed = PowerCycle(done=False, how=f"power cycle failed: {exc.problem}")
+        if (dead := await ctx.fleet.probe(ctx)) is not None:
+            ctx.fleet.mark(ctx.place_name, "bad", f"{dead} (after a power cycle for {exp.id})")
+        return Reproduction(place=ctx.place_name, same_place=True, power_cycle=failed,
+                            error=failed.how)
+    rep = await _screen_again(ctx, exp, same_place=True)
+    rep.power_cycle = cycle
+    return rep
+
+
 async def _reproduce(ctx: LabContext, exp: Experiment, where: str) -> None:
     """Reproduce before keep (fleet): a candidate decided "improved" is screened again on
     another good place -- its own place handed back first, so two experiments waiting for each
-    other's place cannot deadlock -- or, with no other good place, on its own place again
-    (every arm re-flashed). A second place whose DUT dies is marked bad and another is tried;
-    a candidate that does not reproduce is dropped with both screenings in the record."""
+    other's place cannot deadlock -- or, with no other good place, on its own place again after
+    a power cycle (every arm re-flashed). A second place whose DUT dies is marked bad and
+    another is tried; a candidate that does not reproduce is dropped with both screenings in
+    the record."""
     pool = ctx.fleet
     assert pool is not None and exp.screening is not None
     here = ctx.place_name
@@ -248,7 +269,7 @@ async def _reproduce(ctx: LabContext, exp: Experiment, where: str) -> None:
     while True:
         if not await pool.good_places(tried):
             if here not in pool.health.bad() and ctx.place is not None and ctx.place.held:
-                rep = await _screen_again(ctx, exp, same_place=True)
+                rep = await _again_after_power_cycle(ctx, exp)
             else:
                 rep = Reproduction(place=None, error="no good place left to screen it again on")
             break
