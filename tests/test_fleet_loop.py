@@ -215,7 +215,7 @@ def test_experiments_spread_and_a_keep_is_reproduced_elsewhere(fleet: vlab_fleet
     assert comment.decision != "kept" or comment.reproduction is not None, comment.reason
     with TranscriptStore(LabProfile.from_file(lab).data_dir() / "transcripts.db") as store:
         report = audit(store, res.session_id)
-        assert report.ok, report.problems()
+        assert report.ok, report.problems
         assert "places" in report.checks
         calls = [e.event for e in store.events(res.session_id) if isinstance(e.event, ToolCalled)]
     measured = [c for c in calls if c.measured]
@@ -290,7 +290,7 @@ def test_a_dead_place_is_marked_bad_and_its_experiment_retried(fleet: vlab_fleet
     assert health[other].state == "good"
     with TranscriptStore(db) as store:
         report = audit(store, res.session_id)
-        assert report.ok, report.problems()
+        assert report.ok, report.problems
         notes = [e.event for e in store.events(res.session_id)
                  if isinstance(e.event, Note) and e.event.author == "fleet-health"]
     assert any(json.loads(n.text)["place"] == dead and json.loads(n.text)["state"] == "bad"
