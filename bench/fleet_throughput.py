@@ -107,9 +107,20 @@ def one_place_profile(lab: Path) -> Path:
     return one
 
 
+def set_aside_sweeps_of_a(profile: LabProfile, n: int) -> None:
+    """Move the experiment records of the loop that just ran out of the record store (to
+    records/exp-run-N), so the next loop finds no sweep of A to reuse (tools/experiment._a_sweep
+    reads them): each loop pays its own places' sweeps of A, as a night does. Builds stay
+    cached (a vlab build takes a second or two)."""
+    exps = profile.data_dir() / "records" / "exp"
+    if exps.is_dir():
+        exps.rename(exps.with_name(f"exp-run-{n}"))
+
+
 def main_fleet(places: int, rounds: int = 1) -> None:
-    """N places against one, in the same run: the N-place loop first (the one-place loop after
-    it finds the builds cached and A's sweeps done -- in its favour, so the ratio is a floor)."""
+    """N places against one, in the same run: the N-place loop first, then the one-place loop
+    on the first place, each paying its own sweeps of A (set_aside_sweeps_of_a); the builds the
+    first made are cached for the second."""
     from labwarden.transcripts.audit import audit
 
     root = Path(tempfile.mkdtemp(prefix="lw-fleet-throughput-")) / "vlab"
@@ -124,6 +135,7 @@ def main_fleet(places: int, rounds: int = 1) -> None:
             with TranscriptStore(profile.data_dir() / "transcripts.db") as store:
                 ok = audit(store, sid).ok
             rows.append((n, wall, fleet_experiments(profile, sid), ok))
+            set_aside_sweeps_of_a(profile, n)
     finally:
         fleet_down(root)
     console = Console(width=160)

@@ -117,7 +117,8 @@ class StockSsh:
         log = self.log.open("ab")
         self.proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "--",
                                       "/bin/sh", "-c", script], stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=log, start_new_session=True)
+                                     stdout=log, stderr=log, start_new_session=True,
+                                     preexec_fn=_default_signals)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -231,6 +232,14 @@ def _userland(s: StockSsh, profile: str, shell_path: str) -> None:
     link = lib / Path(DROPBEAR_SFTP).name
     if not link.is_symlink():
         link.symlink_to(SFTP_SERVER)
+
+
+def _default_signals() -> None:
+    """A DUT boots with every signal at its default: one ignored by whatever started us (`nohup`
+    ignores SIGHUP) would stay ignored in the DUT's init, and a POSIX shell cannot trap a
+    signal ignored on entry -- the logfilt DUT's reboot (SIGHUP to its init) never happened."""
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _namespace_script(s: StockSsh) -> str:
