@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import sys
 import tempfile
@@ -107,6 +108,13 @@ def one_place_profile(lab: Path) -> Path:
     return one
 
 
+def host_busy() -> tuple[int, int]:
+    """(busy, total) jiffies of all the host's CPUs so far (/proc/stat's first line)."""
+    ticks = [int(t) for t in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
 def set_aside_sweeps_of_a(profile: LabProfile, n: int) -> None:
     """Move the experiment records of the loop that just ran out of the record store (to
     records/exp-run-N), so the next loop finds no sweep of A to reuse (tools/experiment._a_sweep
@@ -124,38 +132,43 @@ def main_fleet(places: int, rounds: int = 1) -> None:
     from labwarden.transcripts.audit import audit
 
     root = Path(tempfile.mkdtemp(prefix="lw-fleet-throughput-")) / "vlab"
-    rows: list[tuple[int, float, list[Experiment], bool]] = []
+    rows: list[tuple[int, float, list[Experiment], bool, float]] = []
     try:
         fleet = fleet_up(root, places)
         one = one_place_profile(fleet)
         for n, lab in ((places, fleet), (1, one)):
+            busy0, total0 = host_busy()
             wall, sid = asyncio.run(run_fleet(lab, root.parent / f"out-{n}", f"fleet throughput {n}",
                                               rounds))
+            busy1, total1 = host_busy()
             profile = LabProfile.from_file(lab)
             with TranscriptStore(profile.data_dir() / "transcripts.db") as store:
                 ok = audit(store, sid).ok
-            rows.append((n, wall, fleet_experiments(profile, sid), ok))
+            rows.append((n, wall, fleet_experiments(profile, sid), ok,
+                         (busy1 - busy0) / max(1, total1 - total0)))
             set_aside_sweeps_of_a(profile, n)
     finally:
         fleet_down(root)
     console = Console(width=160)
     t = Table(title="one unattended loop per fleet size, same candidates")
     for col in ("candidate", "places", "decision", "verdict", "place", "reproduced on", "again",
-                "lab s"):
+                "screening windows", "lab s"):
         t.add_column(col, justify="right")
-    for n, _, exps, _ok in rows:
+    for n, _, exps, _ok, _busy in rows:
         for x in exps:
             rep = x.reproduction
             again = rep.screening.final.verdict if rep and rep.screening and rep.screening.looks else "-"
             t.add_row(x.patch_name or x.patch, str(n), x.decision, x.verdict or "-", x.place or "-",
-                      (rep.place or "-") if rep else "-", again, f"{x.cost.lab_seconds:.0f}")
+                      (rep.place or "-") if rep else "-", again,
+                      str(len(x.screening.a.values) + len(x.screening.b.values)) if x.screening else "-",
+                      f"{x.cost.lab_seconds:.0f}")
     console.print(t)
     s = Table(title="candidates judged per hour")
     for col in ("places", "candidates", "wall s", "per hour", "undecided", "keeps", "keeps reproduced "
-                "on another place", "audit"):
+                "on another place", "audit", "host CPU busy"):
         s.add_column(col, justify="right")
     rate = {}
-    for n, wall, exps, ok in rows:
+    for n, wall, exps, ok, busy in rows:
         rate[n] = len(exps) / wall * 3600
         undecided = [x.patch_name or x.patch for x in exps if x.decision == "failed"
                      or x.verdict == "unknown"]
@@ -164,8 +177,13 @@ def main_fleet(places: int, rounds: int = 1) -> None:
                      and x.reproduction.place != x.place]
         s.add_row(str(n), str(len(exps)), f"{wall:.0f}", f"{rate[n]:.1f}",
                   ", ".join(undecided) or "none", str(len(kept)), f"{len(elsewhere)}/{len(kept)}",
-                  "ok" if ok else "FAILED")
+                  "ok" if ok else "FAILED", f"{busy:.0%}")
     console.print(s)
+    # what this host allows: one place already keeps `busy` of every CPU busy (the DUT pinned to
+    # its own, the load, perf, the host's labwarden on the rest); N places cannot do more than all
+    one_busy = rows[-1][4]
+    console.print(f"host CPU busy with one place: {one_busy:.0%} of {os.cpu_count()} CPUs, so this "
+                  f"host allows at most {min(places, 1 / max(one_busy, 1e-9)):.2f}x with {places} places")
     console.print(f"{places} places vs 1: {rate[places] / rate[1]:.2f}x candidates per hour (target >= 1.8x)")
 
 
