@@ -119,6 +119,21 @@ def test_the_offered_load_gate_ignores_a_window_edge_but_not_a_changed_load() ->
     assert parity.offered_load(dec, [6.0, 6.5, 6.0], [6.0, 6.0, 6.5]).passed
 
 
+def test_more_offered_load_on_b_passes_less_does_not() -> None:
+    """The monitor polls again when its cycle is done: a faster B is asked more often (the
+    qlab at 114: 6.03 -> 6.33 and 6.00 -> 6.50 calls/s on improved candidates). Less CPU under more work is a
+    conservative improvement; less work is what the gate is for, resolved in 20 s windows."""
+    dec = DecisionSection(offered_load_counter="rpc_calls", offered_load_tolerance_pct=5.0,
+                          window_s=20.0)
+    assert parity.offered_load(dec, [6.03] * 5, [6.33] * 5).passed
+    more = parity.offered_load(dec, [6.0] * 5, [6.5] * 5)
+    assert more.passed and "+8.3%" in more.evidence and "more work" in more.evidence
+    assert parity.offered_load(dec, [6.0] * 5, [12.0] * 5).passed
+    less = parity.offered_load(dec, [6.33] * 5, [5.9] * 5)
+    assert not less.passed and "-6.8%" in less.evidence and "at most 5.0% below" in less.evidence
+    assert parity.offered_load(dec, [6.0] * 5, [5.8] * 5).passed  # -3.3%: within 5%
+
+
 def test_the_offered_load_leaves_out_the_window_perf_recorded() -> None:
     """A sweep's densest point records perf in its first window; on the qlab's one vCPU that
     window polled 4.5 calls/s against 6.0 (measured, an unchanged build): the gate compares the
@@ -128,10 +143,10 @@ def test_the_offered_load_leaves_out_the_window_perf_recorded() -> None:
             Window.model_construct(counters={"rpc_calls": r}, perf_data="perf.data" if p else None)
             for r, p in windows])
 
-    a = parity.window_loads([rec((4.5, True), (6.0, False))], "rpc_calls")
-    b = parity.window_loads([rec((6.5, True), (6.25, False))], "rpc_calls")
-    assert a == [6.0] and b == [6.25]
+    a = parity.window_loads([rec((6.5, True), (6.25, False))], "rpc_calls")
+    b = parity.window_loads([rec((4.5, True), (6.0, False))], "rpc_calls")
+    assert a == [6.25] and b == [6.0]
     dec = DecisionSection(offered_load_counter="rpc_calls", offered_load_tolerance_pct=5.0)
     assert parity.offered_load(dec, a, b).passed
-    assert not parity.offered_load(dec, [4.5, 6.0], [6.5, 6.25]).passed  # what it read before
+    assert not parity.offered_load(dec, [6.5, 6.25], [4.5, 6.0]).passed  # what it read before
     assert parity.window_loads([rec((4.5, True))], "rpc_calls") == [4.5]

@@ -11,11 +11,8 @@ Everything is real -- coordinator, exporter, DUTs, builds, flashes, perf, guard,
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import shutil
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -33,26 +30,9 @@ from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import firmware
 from labwarden.vlab import fleet as vlab_fleet
 
-from .conftest import needs_uprobes, uprobes_reason
+from .fleet_fixtures import clean_lg_env, vlab_fleet_fixture  # noqa: F401 (autouse)
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("LG_COORDINATOR", "LG_USERNAME", "LG_HOSTNAME", "LG_ENV"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[vlab_fleet.FleetInfo]:
-    reason = uprobes_reason() or (None if shutil.which("perf") else "perf is not installed")
-    if reason and os.environ.get("CI") == "true":  # scripts/setup-system.sh mounts tracefs
-        pytest.fail(f"uprobes unavailable on CI: {reason}")
-    needs_uprobes()
-    root = tmp_path_factory.mktemp("fleetbisect") / "fleet"
-    try:
-        yield vlab_fleet.up(root, 2)
-    finally:
-        vlab_fleet.down(root)
+fleet = vlab_fleet_fixture(2, "fleetbisect")
 
 
 def quick(info: vlab_fleet.FleetInfo) -> LabProfile:

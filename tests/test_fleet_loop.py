@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
-import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,17 +32,12 @@ from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import control
 from labwarden.vlab import fleet as vlab_fleet
 
-from .conftest import needs_uprobes, uprobes_reason
+from .fleet_fixtures import clean_lg_env, quick_profile, vlab_fleet_fixture  # noqa: F401 (autouse)
 from .messages_standin import MessagesStandIn, ToolUse, Turn, nth_result
 from .patching import BULK, NO_OP, change
 
-QUICK = {"window_s": "2.0", "densities": "[60, 114]", "sweep_reps": "2", "max_windows": "9",
-         "min_effect_pct": "10.0", "offered_load_tolerance_pct": "30.0"}
-"""A short [decision] (tests/test_loop_vlab.py's, screening at 114 clients, where bulk-pull saves
-~30% -- at 60, ~13% drowned once in a busy box's scatter): 2 s windows, at most 9; the
-offered-load gate widened (2 s windows count ~12 RPC calls: one call is 8%, and a busy box moved
-bulk-pull's full sweep by 25% once) -- these tests are about places, not that gate."""
-
+fleet = vlab_fleet_fixture(2, "fleetloop")
+"""Two vlabs, each pinned to a CPU, as places vlab-0 and vlab-1 of a real coordinator."""
 
 def test_bisect_split_over_places() -> None:
     """One place halves the range as before; k places cut it into k + 1 parts each round."""
@@ -119,41 +111,9 @@ def test_a_lease_handed_back_on_purpose_ends_its_renewal_quietly(caplog: pytest.
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("LG_COORDINATOR", "LG_USERNAME", "LG_HOSTNAME", "LG_ENV"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[vlab_fleet.FleetInfo]:
-    """Two vlabs, each pinned to a CPU, as places vlab-0 and vlab-1 of a real coordinator."""
-    reason = uprobes_reason() or (None if shutil.which("perf") else "perf is not installed")
-    if reason and os.environ.get("CI") == "true":  # scripts/setup-system.sh mounts tracefs
-        pytest.fail(f"uprobes unavailable on CI: {reason}")
-    needs_uprobes()  # the offered load is counted by a uprobe on the RPC
-    root = tmp_path_factory.mktemp("fleetloop") / "fleet"
-    try:
-        yield vlab_fleet.up(root, 2)
-    finally:
-        vlab_fleet.down(root)
-
-
-@pytest.fixture(autouse=True)
 def _api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-standin")
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
-
-
-def quick(info: vlab_fleet.FleetInfo) -> Path:
-    text = Path(info.lab_toml).read_text()
-    at = text.index("[decision]")
-    head, tail = text[:at], text[at:]
-    for key, value in QUICK.items():
-        tail, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", tail, count=1, flags=re.M)
-        assert n == 1, key
-    path = Path(info.lab_toml).with_name("lab-quick.toml")
-    path.write_text(head + tail)
-    return path
 
 
 def run(lab: Path, turns: list[Turn], goal: str, out: Path,
@@ -182,7 +142,7 @@ def test_experiments_spread_and_a_keep_is_reproduced_elsewhere(fleet: vlab_fleet
 
     Marked `long`: make test keeps the dead-place test below, which leases both places through the
     coordinator and judges a retried experiment in full on the other."""
-    lab = quick(fleet)
+    lab = quick_profile(fleet)
     turns = [Turn(tools=[ToolUse("patch_submit", {"name": "bulk-pull", "diff": change("hal.c", *BULK)}),
                          ToolUse("patch_submit", {"name": "comment", "diff": change("wld.c", *NO_OP)})]),
              Turn(tools=[ToolUse("experiment", nth_result(0, "patch_id", "patch")),
@@ -254,7 +214,7 @@ def test_a_dead_place_is_marked_bad_and_its_experiment_retried(fleet: vlab_fleet
     as failed on that place (nothing kept on partial data), the place is marked bad with the
     reason, the experiment runs again on the other place and is decided, the loop finishes,
     and the audit passes. (Runs last: it kills a vlab of the module's fleet.)"""
-    lab = quick(fleet)
+    lab = quick_profile(fleet)
     db = LabProfile.from_file(lab).data_dir() / "transcripts.db"
     turns = [Turn(tools=[ToolUse("patch_submit", {"name": "comment-3", "diff": change(
                   "wld.c", "/* ---- driver pull ---- */", "/* ---- the driver pull! ---- */")})]),

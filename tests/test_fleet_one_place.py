@@ -12,11 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,46 +34,18 @@ from labwarden.transcripts.audit import audit
 from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import fleet as vlab_fleet
 
-from .conftest import needs_uprobes, uprobes_reason
+from .fleet_fixtures import clean_lg_env, quick_profile, vlab_fleet_fixture  # noqa: F401 (autouse)
 from .patching import BULK, change
 
-QUICK = {"window_s": "2.0", "densities": "[60, 114]", "sweep_reps": "2", "max_windows": "9",
-         "min_effect_pct": "10.0", "offered_load_tolerance_pct": "30.0"}
-"""tests/test_fleet_loop.py's short [decision]: screening at 114 clients, where bulk-pull saves
-~30%; 2 s windows, at most 9; the offered-load gate widened (this is about the power cycle)."""
 PLACE = "vlab-0"
+fleet = vlab_fleet_fixture(1, "fleet1")
 pytestmark = pytest.mark.long  # a fleet of its own (~15 s up); make test holds 30 minutes
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("LG_COORDINATOR", "LG_USERNAME", "LG_HOSTNAME", "LG_ENV"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[vlab_fleet.FleetInfo]:
-    reason = uprobes_reason() or (None if shutil.which("perf") else "perf is not installed")
-    if reason and os.environ.get("CI") == "true":  # scripts/setup-system.sh mounts tracefs
-        pytest.fail(f"uprobes unavailable on CI: {reason}")
-    needs_uprobes()  # the offered load is counted by a uprobe on the RPC
-    root = tmp_path_factory.mktemp("fleet1") / "fleet"
-    try:
-        yield vlab_fleet.up(root, 1)
-    finally:
-        vlab_fleet.down(root)
-
-
 def quick(info: vlab_fleet.FleetInfo) -> LabProfile:
-    text = Path(info.lab_toml).read_text()
-    at = text.index("[decision]")
-    head, tail = text[:at], text[at:]
-    for key, value in QUICK.items():
-        tail, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", tail, count=1, flags=re.M)
-        assert n == 1, key
-    path = Path(info.lab_toml).with_name("lab-quick.toml")
-    path.write_text(head + tail)
-    return LabProfile.from_file(path)
+    """The short [decision] of the fleet tests (tests/fleet_fixtures.QUICK: the offered-load
+    gate widened, this is about the power cycle)."""
+    return LabProfile.from_file(quick_profile(info))
 
 
 def calls_and_notes(prof: LabProfile, sid: str) -> tuple[list[ToolCalled], list[Note]]:

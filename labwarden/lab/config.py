@@ -401,9 +401,9 @@ class DecisionSection(DecisionRule):
                                              "uprobe counter ([target] uprobes) that measures the "
                                              "offered load (on the vlab, the monitor's RPC calls/s)")
     offered_load_tolerance_pct: float = Field(5.0, gt=0, le=100, examples=[5.0],
-                                              description="B's offered load must be within this "
-                                              "of A's (mean of per-window rates; never finer than "
-                                              "one call a window)")
+                                              description="B's offered load may fall at most "
+                                              "this far below A's (mean of per-window rates; never "
+                                              "finer than one call a window); more load on B passes")
     parity_check: list[str] = Field(default_factory=list, examples=[["sh", "-c", "..."]],
                                     description="argv run on the DUT with the densest clients "
                                     "held; its output must be equal for A and B (functional "

@@ -1,0 +1,63 @@
+"""What the vlab-fleet tests share: a real fleet (coordinator, exporter, N pinned vlabs) per
+module, no LG_* variables from the caller's shell, and the short [decision] they judge with."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from labwarden.vlab import fleet as vlab_fleet
+
+from .conftest import needs_uprobes, uprobes_reason
+
+QUICK = {"window_s": "2.0", "densities": "[60, 114]", "sweep_reps": "2", "max_windows": "9",
+         "min_effect_pct": "10.0", "offered_load_tolerance_pct": "30.0"}
+"""A short [decision] (tests/test_loop_vlab.py's, screening at 114 clients, where bulk-pull saves
+~30% -- at 60, ~13% drowned once in a busy box's scatter): 2 s windows, at most 9; the
+offered-load gate widened (2 s windows count ~12 RPC calls: one call is 8%, and a busy box moved
+bulk-pull's full sweep by 25% once) -- these tests are about places, not that gate."""
+
+
+@pytest.fixture(autouse=True)
+def clean_lg_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's LG_COORDINATOR (or place, env) must not steer the test's own fleet. Autouse in
+    every module that imports it."""
+    for var in ("LG_COORDINATOR", "LG_USERNAME", "LG_HOSTNAME", "LG_ENV"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def vlab_fleet_fixture(places: int, name: str) -> Callable[..., Iterator[vlab_fleet.FleetInfo]]:
+    """A module-scoped fixture: `places` vlabs, each pinned to a CPU, as places vlab-0.. of a
+    real coordinator, under a temp dir named `name`; torn down after the module."""
+
+    @pytest.fixture(scope="module")
+    def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[vlab_fleet.FleetInfo]:
+        reason = uprobes_reason() or (None if shutil.which("perf") else "perf is not installed")
+        if reason and os.environ.get("CI") == "true":  # scripts/setup-system.sh mounts tracefs
+            pytest.fail(f"uprobes unavailable on CI: {reason}")
+        needs_uprobes()  # the offered load is counted by a uprobe on the RPC
+        root = tmp_path_factory.mktemp(name) / "fleet"
+        try:
+            yield vlab_fleet.up(root, places)
+        finally:
+            vlab_fleet.down(root)
+
+    return fleet
+
+
+def quick_profile(info: vlab_fleet.FleetInfo) -> Path:
+    """The fleet's profile with QUICK for its [decision], written beside it (lab-quick.toml)."""
+    text = Path(info.lab_toml).read_text()
+    at = text.index("[decision]")
+    head, tail = text[:at], text[at:]
+    for key, value in QUICK.items():
+        tail, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", tail, count=1, flags=re.M)
+        assert n == 1, key
+    path = Path(info.lab_toml).with_name("lab-quick.toml")
+    path.write_text(head + tail)
+    return path
