@@ -257,6 +257,8 @@ def main() -> None:
                     help="seconds the MCP round trips may take in all: more are added while a "
                     "verdict is not resolved")
     args = ap.parse_args()
+    if args.m < ROUND:  # the verdict is read round by round: at least one round of each server
+        ap.error(f"-m: at least {ROUND} round trips per server (one interleaved round)")
     tmp = Path(tempfile.mkdtemp(prefix="lw-bench-"))
     root = tmp / "vlab"
     try:
