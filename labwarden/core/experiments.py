@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, model_validator
 from labwarden.core.decision import Judgement
 
 Decision = Literal["kept", "dropped", "refuted", "failed"]
-"""kept: improved at the densest point, no gate failed, offered load unchanged; refuted: the
+"""kept: improved at the densest point, no gate failed, offered load not lower; refuted: the
 rule decided "same" (the patch does not do what it was for -- seed 000's 0905); dropped:
 regressed, undecided at the cap, or a gate failed; failed: it could not be judged (build,
 flash, verification or a measurement failed)."""

@@ -184,7 +184,7 @@ def _decide(exp: Experiment, where: str) -> tuple[Decision, str]:
         return "dropped", "no full sweep (internal: a survivor always gets one)"
     na = list(dict.fromkeys(g.name for g in exp.gates if g.status == "not_applicable"))
     return "kept", (f"improved at {where} ({look.delta_pct:+.1f}%, {look.interval_text()}), "
-                    + ("offered load unchanged, " if load is not None and load.status == "passed"
+                    + ("offered load not lower, " if load is not None and load.status == "passed"
                        else "")
                     + "no gate failed" + (f" (not applicable here: {', '.join(na)})" if na else ""))
 
