@@ -35,6 +35,7 @@ from rich.table import Table
 from labwarden.agent import overnight
 from labwarden.agent.loop import Limits
 from labwarden.agent.model import Model, ModelOptions
+from labwarden.core.events import ToolCalled
 from labwarden.core.experiments import Experiment
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
@@ -115,6 +116,25 @@ def host_busy() -> tuple[int, int]:
     return sum(ticks) - idle, sum(ticks)
 
 
+def place_busy_s(store: TranscriptStore, sid: str) -> dict[str, float]:
+    """Seconds each place had a tool call running on it (the union of its calls' spans, nested
+    ones inside their parents), from the transcript."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for stored in store.events(sid):
+        ev = stored.event
+        if isinstance(ev, ToolCalled) and ev.place:
+            spans.setdefault(ev.place, []).append((ev.call.started_at.timestamp(), ev.ts.timestamp()))
+    busy = {}
+    for place, ss in spans.items():
+        total, end = 0.0, float("-inf")
+        for s, e in sorted(ss):
+            if e > end:
+                total += e - max(s, end)
+                end = e
+        busy[place] = total
+    return busy
+
+
 def set_aside_sweeps_of_a(profile: LabProfile, n: int) -> None:
     """Move the experiment records of the loop that just ran out of the record store (to
     records/exp-run-N), so the next loop finds no sweep of A to reuse (tools/experiment._a_sweep
@@ -132,7 +152,7 @@ def main_fleet(places: int, rounds: int = 1) -> None:
     from labwarden.transcripts.audit import audit
 
     root = Path(tempfile.mkdtemp(prefix="lw-fleet-throughput-")) / "vlab"
-    rows: list[tuple[int, float, list[Experiment], bool, float]] = []
+    rows: list[tuple[int, float, list[Experiment], bool, float, dict[str, float]]] = []
     try:
         fleet = fleet_up(root, places)
         one = one_place_profile(fleet)
@@ -144,8 +164,9 @@ def main_fleet(places: int, rounds: int = 1) -> None:
             profile = LabProfile.from_file(lab)
             with TranscriptStore(profile.data_dir() / "transcripts.db") as store:
                 ok = audit(store, sid).ok
+                places_busy = place_busy_s(store, sid)
             rows.append((n, wall, fleet_experiments(profile, sid), ok,
-                         (busy1 - busy0) / max(1, total1 - total0)))
+                         (busy1 - busy0) / max(1, total1 - total0), places_busy))
             set_aside_sweeps_of_a(profile, n)
     finally:
         fleet_down(root)
@@ -154,7 +175,7 @@ def main_fleet(places: int, rounds: int = 1) -> None:
     for col in ("candidate", "places", "decision", "verdict", "place", "reproduced on", "again",
                 "screening windows", "lab s"):
         t.add_column(col, justify="right")
-    for n, _, exps, _ok, _busy in rows:
+    for n, _, exps, _ok, _busy, _places in rows:
         for x in exps:
             rep = x.reproduction
             again = rep.screening.final.verdict if rep and rep.screening and rep.screening.looks else "-"
@@ -165,10 +186,10 @@ def main_fleet(places: int, rounds: int = 1) -> None:
     console.print(t)
     s = Table(title="candidates judged per hour")
     for col in ("places", "candidates", "wall s", "per hour", "undecided", "keeps", "keeps reproduced "
-                "on another place", "audit", "host CPU busy"):
+                "on another place", "audit", "host CPU busy", "place-s busy (share of wall)"):
         s.add_column(col, justify="right")
     rate = {}
-    for n, wall, exps, ok, busy in rows:
+    for n, wall, exps, ok, busy, places_busy in rows:
         rate[n] = len(exps) / wall * 3600
         undecided = [x.patch_name or x.patch for x in exps if x.decision == "failed"
                      or x.verdict == "unknown"]
@@ -177,10 +198,17 @@ def main_fleet(places: int, rounds: int = 1) -> None:
                      and x.reproduction.place != x.place]
         s.add_row(str(n), str(len(exps)), f"{wall:.0f}", f"{rate[n]:.1f}",
                   ", ".join(undecided) or "none", str(len(kept)), f"{len(elsewhere)}/{len(kept)}",
-                  "ok" if ok else "FAILED", f"{busy:.0%}")
+                  "ok" if ok else "FAILED", f"{busy:.0%}",
+                  f"{sum(places_busy.values()):.0f} ({sum(places_busy.values()) / (wall * n):.0%})")
     console.print(s)
     # what this host allows: one place already keeps `busy` of every CPU busy (the DUT pinned to
     # its own, the load, perf, the host's labwarden on the rest); N places cannot do more than all
+    # and what the fleet did: each place busy all along, then the ratio is N x (one place's
+    # place-seconds / the fleet's): the work a fleet adds (each place's own sweep of A, a keep
+    # screened again on another place instead of after a power cycle) is what N places lose
+    work = {n: sum(pb.values()) for n, _, _, _, _, pb in rows}
+    console.print(f"place-seconds of work: {work[places]:.0f} on {places} places, {work[1]:.0f} on one "
+                  f"({work[places] / max(work[1], 1e-9):.2f}x the work for the same candidates)")
     one_busy = rows[-1][4]
     console.print(f"host CPU busy with one place: {one_busy:.0%} of {os.cpu_count()} CPUs, so this "
                   f"host allows at most {min(places, 1 / max(one_busy, 1e-9)):.2f}x with {places} places")

@@ -21,8 +21,10 @@ import pytest
 from pydantic import ValidationError
 
 from labwarden.lab import hub
+from labwarden.lab.config import LabProfile
 from labwarden.lab.fleet import Fleet, NoPlace
 from labwarden.lab.labgrid import LabgridConfig, LabgridError, in_session
+from labwarden.runtime.fleet import place_profile
 
 pytestmark = pytest.mark.anyio
 
@@ -318,6 +320,17 @@ def test_vlab_up_places_2_then_down(tmp_path: Path) -> None:
         cpus = cpupin.host_cpus()
         assert seen == {f"vlab-{i}": [record["places"][f"vlab-{i}"], "Cpus_allowed_list:", str(cpus[i])]
                         for i in range(2)}
+        # each place's calls run with the fleet's rule and the place's own DUT side, the
+        # functional parity check too (it names the place's socket: on another's, A and B
+        # would both be judged by a DUT running neither)
+        text = (dir / "lab.toml").read_text()
+        (dir / "lab-rule.toml").write_text(text.replace("window_s = 4.0", "window_s = 2.5", 1))
+        home = LabProfile.from_file(dir / "lab-rule.toml")
+        for p in ("vlab-0", "vlab-1"):
+            mine = place_profile(home, p)
+            sock = str(Path(record["places"][p]) / "run" / "sta" / "stad.sock")
+            assert mine.decision.parity_check[-1] == sock and sock in mine.readers.clients
+            assert mine.decision.window_s == 2.5 and mine.data_dir() == home.data_dir()
         pins = [cpupin.load(Path(record["places"][p]) / "run" / "cpu.pin") for p in ("vlab-0", "vlab-1")]
         assert all(pin is not None and pin.tasks() for pin in pins)  # the DUTs run in their cpusets
         hub_pids = json.loads((dir / "labgrid" / "hub.json").read_text())["pids"]

@@ -217,7 +217,9 @@ class PlacePool:
 
 FLEET_WIDE = ("build", "decision", "gates", "policy")
 """What a place takes from the fleet's profile, whatever its own says: one build store and
-repo (submitted patches found by id), one pre-registered rule, one set of gates, one policy."""
+repo (submitted patches found by id), one pre-registered rule, one set of gates, one policy.
+The one exception is [decision] parity_check, a command run on the DUT: the place's own when it
+declares one (place_profile)."""
 
 
 def place_profile(home: LabProfile, place: str) -> LabProfile:
@@ -234,7 +236,12 @@ def place_profile(home: LabProfile, place: str) -> LabProfile:
         path = Path(home.source).parent / path
     own = LabProfile.from_file(path)
     lab = home.lab.model_copy(update={"data_dir": str(home.data_dir())})
-    return own.model_copy(update={"lab": lab, **{k: getattr(home, k) for k in FLEET_WIDE}})
+    wide = {k: getattr(home, k) for k in FLEET_WIDE}
+    if own.decision.parity_check:  # the rule is the fleet's, its DUT-side check the place's: on
+        # a vlab fleet it names the place's own socket (with the fleet's, every place but the
+        # first checked another DUT's replies, and a functional regression passed there)
+        wide["decision"] = home.decision.model_copy(update={"parity_check": own.decision.parity_check})
+    return own.model_copy(update={"lab": lab, **wide})
 
 
 @contextlib.asynccontextmanager
