@@ -120,9 +120,9 @@ def test_the_offered_load_gate_ignores_a_window_edge_but_not_a_changed_load() ->
 
 
 def test_more_offered_load_on_b_passes_less_does_not() -> None:
-    """The monitor polls again when its cycle is done: a faster B is asked more often (the
-    qlab at 114: 6.03 -> 6.33 and 6.00 -> 6.50 calls/s on improved candidates). Less CPU under more work is a
-    conservative improvement; less work is what the gate is for, resolved in 20 s windows."""
+    """More load on B cannot explain less CPU on B (the qlab at 114 read 6.03 -> 6.33 and
+    6.00 -> 6.50 calls/s on improved candidates: a window edge taking in part of a cycle of six
+    polls): it passes. Less work is what the gate is for, resolved in 20 s windows."""
     dec = DecisionSection(offered_load_counter="rpc_calls", offered_load_tolerance_pct=5.0,
                           window_s=20.0)
     assert parity.offered_load(dec, [6.03] * 5, [6.33] * 5).passed

@@ -6,11 +6,12 @@
   work"). Each side's rate is the mean of its per-window rates, and the tolerance is never finer
   than the counter can resolve: one call more or less in a window (a poll cut by the window's
   edge) is 1/window_s calls/s -- 8% of 6/s in a 2 s window, so a bare 5% would drop a candidate
-  for the edge of a window, not for a changed load. More load on B passes: the monitor is a
-  closed loop (it polls again when its last cycle is done), so a faster B is asked more often
-  -- on the qlab at 114 stations A overran its 1 s cycle and B did not (6.03 -> 6.33 and
-  6.00 -> 6.50 calls/s, both improved candidates dropped for it) -- and a B that used less CPU
-  for more work is a conservative improvement, never a cheat;
+  for the edge of a window, not for a changed load. More load on B passes: it cannot explain
+  less CPU on B, so an improvement measured under it is conservative, never a cheat. It comes
+  from a window edge that takes in part of one more polling cycle (six polls, one per VAP: the
+  qlab at 114 read 6.03 -> 6.33 and 6.00 -> 6.50 calls/s, B above the monitor's own 6/s, and
+  the two-sided gate dropped both improved candidates), and from the monitor being a closed
+  loop when it overruns (stamon.c restarts its cadence after a late cycle: a slow A polls less);
 - functional parity: the profile's DUT-side check (`[decision] parity_check`), run with the
   clients held, must print the same on A and B (e.g. the stats replies' keys, and the brief
   reply's values equal to the full one's).
