@@ -7,7 +7,7 @@
   than the counter can resolve: one call more or less in a window (a poll cut by the window's
   edge) is 1/window_s calls/s -- 8% of 6/s in a 2 s window, so a bare 5% would drop a candidate
   for the edge of a window, not for a changed load. More load on B passes: it cannot explain
-  less CPU on B, so an improvement measured under it is conservative, never a cheat. It comes
+  less CPU on B, so an improvement measured under it is conservative, never a cheat. It can come
   from a window edge that takes in part of one more polling cycle (six polls, one per VAP: the
   qlab at 114 read 6.03 -> 6.33 and 6.00 -> 6.50 calls/s, B above the monitor's own 6/s, and
   the two-sided gate dropped both improved candidates), and from the monitor being a closed
