@@ -201,14 +201,13 @@ def main_fleet(places: int, rounds: int = 1) -> None:
                   "ok" if ok else "FAILED", f"{busy:.0%}",
                   f"{sum(places_busy.values()):.0f} ({sum(places_busy.values()) / (wall * n):.0%})")
     console.print(s)
-    # what this host allows: one place already keeps `busy` of every CPU busy (the DUT pinned to
-    # its own, the load, perf, the host's labwarden on the rest); N places cannot do more than all
-    # and what the fleet did: each place busy all along, then the ratio is N x (one place's
-    # place-seconds / the fleet's): the work a fleet adds (each place's own sweep of A, a keep
-    # screened again on another place instead of after a power cycle) is what N places lose
+    # with every place busy all along, the ratio is N x (one place's place-seconds / the
+    # fleet's): the work a fleet adds (each place's own sweep of A, a keep screened again on
+    # another place instead of after a power cycle) is what N places lose
     work = {n: sum(pb.values()) for n, _, _, _, _, pb in rows}
     console.print(f"place-seconds of work: {work[places]:.0f} on {places} places, {work[1]:.0f} on one "
                   f"({work[places] / max(work[1], 1e-9):.2f}x the work for the same candidates)")
+    # and the host's own ceiling: one place already keeps `one_busy` of all CPUs busy
     one_busy = rows[-1][4]
     console.print(f"host CPU busy with one place: {one_busy:.0%} of {os.cpu_count()} CPUs, so this "
                   f"host allows at most {min(places, 1 / max(one_busy, 1e-9)):.2f}x with {places} places")

@@ -50,12 +50,13 @@ def vlab_fleet_fixture(places: int, name: str) -> Callable[..., Iterator[vlab_fl
     return fleet
 
 
-def quick_profile(info: vlab_fleet.FleetInfo) -> Path:
-    """The fleet's profile with QUICK for its [decision], written beside it (lab-quick.toml)."""
+def quick_profile(info: vlab_fleet.FleetInfo, rule: dict[str, str] = QUICK) -> Path:
+    """The fleet's profile with `rule`'s keys set in its [decision], written beside it
+    (lab-quick.toml)."""
     text = Path(info.lab_toml).read_text()
     at = text.index("[decision]")
     head, tail = text[:at], text[at:]
-    for key, value in QUICK.items():
+    for key, value in rule.items():
         tail, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", tail, count=1, flags=re.M)
         assert n == 1, key
     path = Path(info.lab_toml).with_name("lab-quick.toml")

@@ -11,7 +11,6 @@ Everything is real -- coordinator, exporter, DUTs, builds, flashes, perf, guard,
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -30,20 +29,15 @@ from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import firmware
 from labwarden.vlab import fleet as vlab_fleet
 
-from .fleet_fixtures import clean_lg_env, vlab_fleet_fixture  # noqa: F401 (autouse)
+from .fleet_fixtures import clean_lg_env, quick_profile, vlab_fleet_fixture  # noqa: F401 (autouse)
 
 fleet = vlab_fleet_fixture(2, "fleetbisect")
 
 
 def quick(info: vlab_fleet.FleetInfo) -> LabProfile:
     """tests/test_bisect.py's short rule: 2 s windows, one density (60), at most 7 windows."""
-    text = Path(info.lab_toml).read_text()
-    for key, value in (("window_s", "2.0"), ("densities", "[60]"), ("max_windows", "7")):
-        text, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", text, count=1, flags=re.M)
-        assert n == 1, key
-    path = Path(info.lab_toml).with_name("lab-quick.toml")
-    path.write_text(text)
-    return LabProfile.from_file(path)
+    return LabProfile.from_file(quick_profile(
+        info, {"window_s": "2.0", "densities": "[60]", "max_windows": "7"}))
 
 
 def _span(c: ToolCalled) -> tuple[float, float]:

@@ -39,6 +39,7 @@ from .patching import BULK, NO_OP, change
 fleet = vlab_fleet_fixture(2, "fleetloop")
 """Two vlabs, each pinned to a CPU, as places vlab-0 and vlab-1 of a real coordinator."""
 
+
 def test_bisect_split_over_places() -> None:
     """One place halves the range as before; k places cut it into k + 1 parts each round."""
     assert split(-1, 7, 1) == [3]
