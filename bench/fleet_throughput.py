@@ -117,12 +117,15 @@ def host_busy() -> tuple[int, int]:
 
 
 def place_busy_s(store: TranscriptStore, sid: str) -> dict[str, float]:
-    """Seconds each place had a tool call running on it (the union of its calls' spans, nested
-    ones inside their parents), from the transcript."""
+    """Seconds each place had work running on it: the union of the spans of its innermost calls
+    (those with no nested call), from the transcript. Not the outer calls': an experiment is
+    stamped with its first place for its whole span, also while it waits for another place to
+    reproduce a keep, when its first place may have nothing to do."""
+    calls = [stored.event for stored in store.events(sid) if isinstance(stored.event, ToolCalled)]
+    parents = {ev.parent_id for ev in calls if ev.parent_id}
     spans: dict[str, list[tuple[float, float]]] = {}
-    for stored in store.events(sid):
-        ev = stored.event
-        if isinstance(ev, ToolCalled) and ev.place:
+    for ev in calls:
+        if ev.place and ev.call.id not in parents:
             spans.setdefault(ev.place, []).append((ev.call.started_at.timestamp(), ev.ts.timestamp()))
     busy = {}
     for place, ss in spans.items():
@@ -201,9 +204,10 @@ def main_fleet(places: int, rounds: int = 1) -> None:
                   "ok" if ok else "FAILED", f"{busy:.0%}",
                   f"{sum(places_busy.values()):.0f} ({sum(places_busy.values()) / (wall * n):.0%})")
     console.print(s)
-    # with every place busy all along, the ratio is N x (one place's place-seconds / the
-    # fleet's): the work a fleet adds (each place's own sweep of A, a keep screened again on
-    # another place instead of after a power cycle) is what N places lose
+    # the ratio is N x (one place's place-seconds / the fleet's) x (the fleet's busy share / one
+    # place's): N places lose the work a fleet adds (each place's own sweep of A, a keep screened
+    # again on another place instead of after a power cycle) and the time a place sits idle (at
+    # the end, while the last keep waits for another place to reproduce on)
     work = {n: sum(pb.values()) for n, _, _, _, _, pb in rows}
     console.print(f"place-seconds of work: {work[places]:.0f} on {places} places, {work[1]:.0f} on one "
                   f"({work[places] / max(work[1], 1e-9):.2f}x the work for the same candidates)")

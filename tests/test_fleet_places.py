@@ -414,6 +414,44 @@ def test_waiting_clients_queue_fairly(tmp_path: Path, lab: hub.HubInfo) -> None:
     assert not any(holders.values()) and reservations == []
 
 
+def test_a_reproduction_waits_ahead_of_new_experiments(tmp_path: Path, lab: hub.HubInfo) -> None:
+    """A place session asked for with a priority (an experiment's reproduction: REPRODUCE_PRIO)
+    files its reservations with it on the coordinator, so a freed place goes to it before the
+    experiments queued earlier at priority 0 (the ordering itself: test_waiting_clients_queue_fairly).
+    Cancelled while it waits, it leaves no reservation behind."""
+    from types import SimpleNamespace
+
+    from labwarden.runtime.fleet import PlacePool
+    from labwarden.tools.experiment import REPRODUCE_PRIO
+
+    cfg = _cfg(tmp_path, lab, place_match="vlab-*")
+
+    async def run() -> list[tuple[str, float]]:
+        held = [await Fleet(cfg, user="a", host="h").lease() for _ in PLACES]
+        home = SimpleNamespace(data_dir=tmp_path)  # the pool reads only the home's health file here
+        pool = PlacePool(home, Fleet(cfg, user="loop", host="h"))  # type: ignore[arg-type]
+
+        async def reproduce() -> None:
+            async with pool.session(prio=REPRODUCE_PRIO):
+                raise AssertionError("every place is held: the session must wait")
+
+        waiting = asyncio.create_task(reproduce())
+        await _queued(lab, "h/loop")
+        seen = [(r.owner, r.prio) for r in _state(lab)[1] if r.state == 0]
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        for lease in held:
+            await lease.release()
+        return seen
+
+    seen = asyncio.run(run())
+    assert REPRODUCE_PRIO > 0 and seen and all(prio == REPRODUCE_PRIO for _, prio in seen), seen
+    assert all(owner.endswith("h/loop") for owner, _ in seen), seen
+    holders, reservations = _state(lab)
+    assert not any(holders.values()) and reservations == []
+
+
 def test_cpu_pins_by_cpuset_and_by_affinity() -> None:
     """A pin holds a process and what it forks to its CPU: by the cpuset where the host has a
     writable cpuset v1 (removed again, refused while a process is in it), else by affinity."""

@@ -114,15 +114,16 @@ class PlacePool:
 
     @contextlib.asynccontextmanager
     async def session(self, *, exclude: Collection[str] = (), prefer: str | None = None,
-                      timeout_s: float | None = None) -> AsyncIterator[LabSession]:
+                      timeout_s: float | None = None, prio: float = 0.0) -> AsyncIterator[LabSession]:
         """A lab session on a free good place not in `exclude` (waits for one, at most
-        `timeout_s` if given), released after. A place whose board is unknown proves itself
-        first (`prove`); one that fails is marked bad and another is taken."""
+        `timeout_s` if given; before waiters of a lower `prio`), released after. A place whose
+        board is unknown proves itself first (`prove`); one that fails is marked bad and
+        another is taken."""
         tried = set(exclude)
         while True:
             lease = await self.fleet.lease(exclude={*tried, *self.health.bad()}, prefer=prefer,
                                            timeout_s=timeout_s if timeout_s is not None
-                                           else self.lease_timeout_s)
+                                           else self.lease_timeout_s, prio=prio)
             assert lease.place is not None
             try:
                 async with open_place(self.home, lease, self) as ctx:
