@@ -205,9 +205,9 @@ def main_fleet(places: int, rounds: int = 1) -> None:
                   f"{sum(places_busy.values()):.0f} ({sum(places_busy.values()) / (wall * n):.0%})")
     console.print(s)
     # the ratio is N x (one place's place-seconds / the fleet's) x (the fleet's busy share / one
-    # place's): N places lose the work a fleet adds (each place's own sweep of A, a keep screened
-    # again on another place instead of after a power cycle) and the time a place sits idle (at
-    # the end, while the last keep waits for another place to reproduce on)
+    # place's): N places lose the work a fleet adds (each place's own sweep of A, windows that
+    # vary by chance) and the time a place sits idle (at the end of the queue, when the other
+    # runs the last candidate or a keep's reproduction)
     work = {n: sum(pb.values()) for n, _, _, _, _, pb in rows}
     console.print(f"place-seconds of work: {work[places]:.0f} on {places} places, {work[1]:.0f} on one "
                   f"({work[places] / max(work[1], 1e-9):.2f}x the work for the same candidates)")
