@@ -23,10 +23,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $@
 
+# inferno is built once into ~/.cache/labwarden/tools ($$LABWARDEN_TOOLS_CACHE), then copied into
+# .tools: a fresh clone on this machine does not compile it again.
+TOOLS_CACHE := $(or $(LABWARDEN_TOOLS_CACHE),$(HOME)/.cache/labwarden/tools)
 tools: $(INFERNO)
 $(INFERNO):
-	@echo "setup: installing inferno into .tools (cargo install inferno --locked, ~1-2 min)"
-	$(CARGO) install inferno --locked --root .tools --quiet
+	@if [ ! -x "$(TOOLS_CACHE)/bin/inferno-collapse-perf" ]; then \
+	  echo "setup: installing inferno into $(TOOLS_CACHE) (cargo install inferno --locked, ~1-2 min)"; \
+	  $(CARGO) install inferno --locked --root "$(TOOLS_CACHE)" --quiet; fi
+	@mkdir -p .tools/bin && cp -p "$(TOOLS_CACHE)"/bin/inferno-* .tools/bin/
+	@echo "setup: inferno ready in .tools/bin"
 
 # The qlab's guest image: built from Debian packages once (~40 s, root: mmdebstrap), then cached in
 # ~/.cache/labwarden/qlab ($$LABWARDEN_QLAB_CACHE) keyed by the package versions; ~0 s when cached.
@@ -34,12 +40,14 @@ qlab: system python
 	@if [ "$$(id -u)" = 0 ]; then $(BIN)/labwarden qlab image >/dev/null && echo "setup: qlab image ready"; \
 	else echo "setup: the qlab image is built as root (make setup as root once)" >&2; fi
 
+# the suite in two phases (scripts/test-suite.sh): the icount qlab loop beside the tests that
+# read no measurement, then every other test alone
 test: setup
 	$(BIN)/ruff check labwarden tests bench
 	$(BIN)/mypy
-	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
+	PATH="$(CURDIR)/.tools/bin:$$PATH" scripts/test-suite.sh $(BIN)/pytest $(PYTEST_ARGS)
 
-# the tests marked `long` (tests/conftest.py): the qlab loop, ~10 minutes of real boots
+# the tests marked `long` (tests/conftest.py): a fleet of their own, another reboot
 test-long: setup
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/pytest --long -m long $(PYTEST_ARGS)
 

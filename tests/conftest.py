@@ -91,8 +91,28 @@ def artifacts_dir() -> Path:
 
 
 LONG = "long"
-"""Tests longer than `make test`'s 30 minutes can hold (the qlab loop: ~10 min of real boots on
-the icount clock). `make test-long` runs them; `pytest --long` adds them to any run."""
+"""Tests longer than `make test`'s 30 minutes can hold (a fleet of their own, another reboot).
+`make test-long` runs them; `pytest --long` adds them to any run."""
+
+LIGHT_MODULES = frozenset({
+    "test_abtest_schedule", "test_agent", "test_board_health", "test_budgets_concurrency",
+    "test_build_confinement", "test_call_cli", "test_ci_skips", "test_cli", "test_cli_startup",
+    "test_compare_stats", "test_decision_rule", "test_device", "test_devtext_errors",
+    "test_devtext_results", "test_docs", "test_door_logging", "test_dut_protocol",
+    "test_fleet_health_cli", "test_guard_corpus", "test_http_sessions", "test_id_paths",
+    "test_judge_parts", "test_kstat", "test_labgrid", "test_layers", "test_layers_cli",
+    "test_mcp_resources", "test_mcp_server", "test_mcp_stdio", "test_portable_dut",
+    "test_power_cycle", "test_procfs", "test_prompt_tools", "test_protected_paths",
+    "test_qlab_clock", "test_readme_profiles", "test_records", "test_report_results",
+    "test_resources_and_search_limits", "test_results", "test_source_and_patches",
+    "test_stock_ssh", "test_tool_by_spec", "test_tool_inputs", "test_tools_lab",
+    "test_transcript_anchors", "test_transcripts_cli", "test_transcripts_cost",
+    "test_transcripts_crash", "test_transcripts_store", "test_uci", "test_uprobes",
+    "test_vlab_ssh"})
+"""Modules whose tests read no CPU share, rate or scatter -- they may start a vlab or an SSH
+server, but assert on behaviour, not on a measurement -- so they may run beside the `icount`
+tests (scripts/test-suite.sh). Every module not named here is measured alone: a new module is
+quiet by default, and joins this set only when none of its assertions reads a measurement."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -100,7 +120,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="also run the tests marked `long` (make test-long runs only those)")
 
 
+@pytest.hookimpl(tryfirst=True)  # marked before `-m` selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__.rpartition(".")[2] in LIGHT_MODULES:
+            item.add_marker(pytest.mark.light)
     if config.getoption("--long"):
         return
     # deselected, not skipped: a skip means a missing facility (and fails in CI); these are left

@@ -191,3 +191,54 @@ def test_a_sweep_stands_in_for_a_only_on_its_own_board(tmp_path: Path,
     assert on("vlab-0") == "swp-0000000000b2" and swept == ["a" * 16]
     assert on(None) == "swp-0000000000b2"  # off a fleet, a fleet place's sweep is another board's too
 
+
+
+def test_the_agents_own_sweep_stands_in_for_a_only_when_taken_as_an_experiment_would(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `sweep` the agent took of the base (no experiment names it) is A's full sweep when its
+    build, board and every setting are the experiment's -- lab_status `workload.sweep`, perf and
+    the idle baseline on -- and a new one is taken otherwise (a record older than the fields
+    that say how it was taken never stands in). The context is a stand-in (its profile and place
+    are read) and a new sweep is recorded, not run."""
+    import asyncio
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from labwarden.core.measurements import SweepPoint, SweepRecord
+    from labwarden.core.records import RecordStore
+    from labwarden.results.lab_status import SweepArgs
+    from labwarden.tools import experiment
+    from labwarden.tools.lab_status import workload
+
+    profile = _profile(decision={"densities": [0], "sweep_reps": 2, "window_s": 3.0, "settle_s": 1.0})
+    args = workload(profile).sweep
+    assert args == SweepArgs(densities=[0], reps=2, window_s=3.0, settle_s=1.0)
+    point = SweepPoint(stations=0, profile_id="prof-0000000000d4", cpu_mean=1.0, cpu_stdev=0.0,
+                       cpu_per_rep=[1.0], idle_cpu_mean=None, counters={}, rss_kb=1, per_radio=[],
+                       clients_held=True)
+    taken = {"place": None, "settle_s": 1.0, "perf": True, "idle_baseline": True}
+    swept: list[str] = []
+
+    async def sweep(ctx: Any, build: str, label: str) -> str:
+        swept.append(build)
+        return "swp-0000000000b2"
+
+    monkeypatch.setattr(experiment, "_sweep", sweep)
+
+    def a_sweep(**differs: object) -> str:
+        store = RecordStore(tmp_path / str(len(swept)) / str(sorted(differs)))
+        fields = {"window_s": args.window_s, "reps": args.reps, "build_id": "a" * 16, **taken,
+                  **differs}
+        store.save("swp", "swp-0000000000a1", SweepRecord(
+            id="swp-0000000000a1", started_at=datetime.now(UTC), points=[point], cleanup_count=None,
+            **fields))  # type: ignore[arg-type]
+        ctx = SimpleNamespace(profile=profile, place_name=None)
+        return asyncio.run(experiment._a_sweep(ctx, store, "a" * 16, "A"))  # type: ignore[arg-type]
+
+    assert a_sweep() == "swp-0000000000a1" and swept == []
+    for differs in ({"settle_s": 2.0}, {"perf": False}, {"idle_baseline": False}, {"window_s": 4.0},
+                    {"build_id": "b" * 16}, {"place": "vlab-0"},
+                    {"place": None, "settle_s": None, "perf": None, "idle_baseline": None}):
+        before = len(swept)
+        assert a_sweep(**differs) == "swp-0000000000b2", differs
+        assert len(swept) == before + 1

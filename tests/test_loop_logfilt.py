@@ -111,8 +111,9 @@ def test_the_loop_keeps_a_fix_refutes_a_no_op_and_drops_a_slower_patch(
         Turn(tools=[ToolUse("build")]),
         Turn(tools=[ToolUse("flash", from_result("build_id"))]),
         Turn(tools=[ToolUse("fingerprint_verify", from_result("build_id"))]),
-        Turn(text="No load axis: one point, its own input.", tools=[ToolUse(
-            "sweep", {"densities": [0], "reps": 2, "window_s": 3, "label": "baseline"})]),
+        Turn(text="No load axis: one point, its own input; swept as an experiment sweeps.",
+             tools=[ToolUse("sweep", {"densities": [0], "reps": 3, "window_s": 2, "settle_s": 3,
+                                      "label": "baseline"})]),
         Turn(tools=[ToolUse("symbolize", lambda body: {
             "profile_id": last_result(body)["points"][-1]["profile_id"], "functions": ["match_rule"]})]),
         Turn(tools=[ToolUse("source_search", {"pattern": "match_rule", "path_glob": "*.c"})]),
@@ -139,7 +140,9 @@ def test_the_loop_keeps_a_fix_refutes_a_no_op_and_drops_a_slower_patch(
     assert status["workload"] == {"load_kind": "none", "axis": None, "points": [0],
                                   "load_drives_cpu": False, "suspects": ["logspam"],
                                   "counters": {"lines": "filter_line"},
-                                  "offered_load_counter": None}
+                                  "offered_load_counter": None,
+                                  "sweep": {"densities": [0], "reps": 3, "window_s": 2.0,
+                                            "settle_s": 3.0}}
     sym = events[5].call.result
     assert sym and {f["name"]: f for f in sym["functions"]}["match_rule"]["total_pct"] > 50
 
@@ -151,6 +154,7 @@ def test_the_loop_keeps_a_fix_refutes_a_no_op_and_drops_a_slower_patch(
                                                 "cpu_monotonic", "assoc_matches_datamodel",
                                                 "rss_bounded", "functional_parity"}
     assert "its own workload" in fix["reason"] and "no gate failed" in fix["reason"]
+    assert fix["sweep_a"] == events[4].call.result["sweep_id"]  # the agent's baseline: A's sweep
     assert noop and noop["verdict"] == "same" and noop["decision"] == "refuted", noop
     assert slow and slow["verdict"] == "regressed" and slow["decision"] == "dropped", slow
     assert slow["delta_pct"] > 20

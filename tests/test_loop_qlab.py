@@ -1,8 +1,7 @@
 """The overnight loop on the qlab, one candidate kept and one refuted (issue [3/2]; the full run,
 five candidates for the qlab's own hot path, is `bench/loop_throughput.py --lab-kind qlab`).
 
-Marked `long` (tests/conftest.py): four boots on the icount clock make it ~10 minutes, more than
-`make test` can hold; `make test-long` runs it.
+In `make test` (issue [3/2]): two boots on the icount clock besides the guest's first, ~5 min.
 
 The stand-in Messages API (tests/messages_standin.py) scripts the model's turns: the one thing
 stood in for (a paid API). Everything else is real: `labwarden loop`, a Debian kernel under QEMU
@@ -26,9 +25,10 @@ As cheap as the rule honestly allows: one workload point, 114 stations (where be
 polls of stamon's 1 s cadence to a window); A once at a cap of 5, B at the rule's looks 3 and 5;
 the survivor's full sweeps at 114 alone, 2 windows each (cpu_monotonic is then not applicable:
 one point has no order). The agent first proves what runs (fingerprint_verify of the baseline),
-so A is not flashed again; the no-op is submitted on the kept patch, so its A is what runs after
-the survivor's sweeps: four flashes in all (B, then A and B for the sweeps, then the no-op's B),
-each a boot of ~50 s or more on this clock.
+so A is not flashed again, and sweeps it with the settings lab_status gives (`workload.sweep`),
+so that sweep stands in for A's; B's sweep is of what runs after its screening, and the no-op is
+submitted on the kept patch, so its A is what runs then: two flashes in all (the gate's B, the
+no-op's B), each a boot of ~50 s or more on this clock.
 """
 
 from __future__ import annotations
@@ -47,11 +47,11 @@ from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
 from labwarden.lab.host.patchstore import patch_id
 from labwarden.transcripts.store import TranscriptStore
-from tests.messages_standin import MessagesStandIn, ToolUse, Turn, from_result
+from tests.messages_standin import MessagesStandIn, ToolUse, Turn, from_result, last_result
 from tests.qlab_fixtures import Qlab, loop_profile, running_qlab
 from tests.qlab_patches import COMMENT, GATE
 
-pytestmark = [pytest.mark.timeout(2400), pytest.mark.long]  # ~10 min: `make test-long`
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.icount]  # beside the light tests in make test
 runner = CliRunner()
 
 DECISION: dict[str, object] = {"window_s": 4.0, "settle_s": 5.0, "densities": [114],
@@ -83,8 +83,11 @@ def test_the_loop_keeps_the_gate_and_refutes_a_no_op(icount_qlab: Qlab, tmp_path
     gate_id = patch_id("gate-writeback", GATE)[0]
     baseline = LabProfile.from_file(lab).build.baseline
     turns = [
-        Turn(text="What is this lab?", tools=[ToolUse("lab_status")]),
         Turn(text="Which image runs?", tools=[ToolUse("fingerprint_verify", {"build_id": baseline})]),
+        Turn(text="What is this lab?", tools=[ToolUse("lab_status")]),
+        Turn(text="The baseline, swept as an experiment sweeps (it stands in for A's sweep).",
+             tools=[ToolUse("sweep", lambda body: {**last_result(body)["workload"]["sweep"],
+                                                   "label": "baseline"})]),
         Turn(text="Every poll rewrites each station's static block: gate it.",
              tools=[ToolUse("patch_submit", {"name": "gate-writeback", "diff": GATE})]),
         Turn(tools=[ToolUse("experiment", from_result("patch_id", "patch"))]),
@@ -108,10 +111,10 @@ def test_the_loop_keeps_the_gate_and_refutes_a_no_op(icount_qlab: Qlab, tmp_path
         session = [e.event for e in store.events(sid) if isinstance(e.event, ToolCalled)]
     events = [e for e in session if e.parent_id is None]
     assert [(e.call.tool, e.call.ok) for e in events] == [
-        ("lab_status", True), ("fingerprint_verify", True), ("patch_submit", True),
+        ("fingerprint_verify", True), ("lab_status", True), ("sweep", True), ("patch_submit", True),
         ("experiment", True), ("patch_submit", True), ("experiment", True)], \
         [e.call.error for e in events]
-    gate, noop = events[3].call.result, events[5].call.result
+    swept, gate, noop = events[2].call.result, events[4].call.result, events[6].call.result
     print(f"\nqlab loop: {wall:.0f} s wall for 2 experiments")
     for exp in (gate, noop):
         if exp:
@@ -130,8 +133,10 @@ def test_the_loop_keeps_the_gate_and_refutes_a_no_op(icount_qlab: Qlab, tmp_path
     assert {g.name for g in rec.gates if g.passed} >= {"offered_load_parity", "unknown_frames",
                                                       "functional_parity"}  # one point: no
     # order (cpu_monotonic) nor slope (rss_bounded) to judge
+    assert swept and gate["sweep_a"] == swept["sweep_id"]  # the agent's baseline sweep was A's
     flashes = [e for e in session if e.call.tool == "flash"]
-    assert len(flashes) == 4 and all(f.call.ok for f in flashes)  # A was proven, never reflashed
+    assert len(flashes) == 2 and all(f.call.ok for f in flashes)  # A was proven, never reflashed;
+    # B's sweep and the no-op's A: what ran already
     summary = (out / "summary.md").read_text()
     assert gate_id in summary.split("## Kept")[1].split("## ")[0]
     assert noop["patch"] in summary.split("## Refuted")[1].split("## ")[0]

@@ -90,3 +90,11 @@ class SweepRecord(BaseModel):
                              "own input, one point 0). Records older than the field: clients")
     parity: str | None = Field(None, description="output of the profile's parity check at the "
                                "densest point (None: none declared)")
+    place: str | None = Field(None, description="the fleet place it ran on (None: a lab of one "
+                              "DUT, or a record older than the field)")
+    settle_s: float | None = Field(None, description="as asked (None: the load's own, or a "
+                                   "record older than the field)")
+    perf: bool | None = Field(None, description="perf recorded at the densest point (None: a "
+                              "record older than the field)")
+    idle_baseline: bool | None = Field(None, description="as asked (None: a record older than "
+                                       "the field)")

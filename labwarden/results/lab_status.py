@@ -9,6 +9,15 @@ from labwarden.lab.boardstate import BoardHealth
 from labwarden.lab.knobs import KnobState, Topology
 
 
+class SweepArgs(BaseModel):
+    """An experiment's full-sweep settings ([decision]), as `sweep` takes them."""
+
+    densities: list[int]
+    reps: int
+    window_s: float
+    settle_s: float
+
+
 class Workload(BaseModel):
     """What this lab measures under, from its profile: where to start a hunt or a loop."""
 
@@ -24,6 +33,9 @@ class Workload(BaseModel):
                                      "function; a sweep reports them per second")
     offered_load_counter: str | None = Field(description="the counter that must stay equal "
                                              "between A and B (None: not measured here)")
+    sweep: SweepArgs = Field(description="how an experiment sweeps a survivor: a `sweep` of the "
+                             "running base with exactly these arguments (perf and idle_baseline "
+                             "left on) stands in for A's full sweep, a flash saved")
 
 
 class LabStatusOutput(BaseModel):

@@ -101,10 +101,18 @@ def _label(patches: list[str], ref: str) -> str:
 
 
 async def _a_sweep(ctx: LabContext, store: RecordStore, build: str, label: str) -> str:
-    """A's full sweep: an earlier one of the same build and settings on the same board (a kept
-    candidate's sweep is the next base's), else a new one. On a fleet a sweep from another place
-    never stands in for A: A and B are compared on one board."""
+    """A's full sweep: an earlier one of the same build and settings on the same board -- a kept
+    candidate's sweep (the next base's), or one the agent took itself with the experiment's
+    settings (lab_status `workload.sweep`, perf and idle baseline on: a flash saved) -- else a
+    new one. On a fleet a sweep from another place never stands in for A: A and B are compared
+    on one board."""
     dec = ctx.profile.decision
+    points = load_drivers.points(ctx.profile)
+
+    def same_settings(rec: SweepRecord) -> bool:
+        return ([p.stations for p in rec.points] == points and rec.reps == dec.sweep_reps
+                and rec.window_s == dec.window_s)
+
     for eid in reversed(store.ids("exp")):
         exp = store.load("exp", eid, Experiment)
         if exp.place != ctx.place_name:
@@ -115,10 +123,17 @@ async def _a_sweep(ctx: LabContext, store: RecordStore, build: str, label: str) 
                     rec = store.load("swp", sid, SweepRecord)
                 except RecordNotFound:
                     continue
-                if ([p.stations for p in rec.points] == load_drivers.points(ctx.profile)
-                        and rec.reps == dec.sweep_reps
-                        and rec.window_s == dec.window_s):
+                if same_settings(rec):
                     return sid
+    for sid in reversed(store.ids("swp")):  # the agent's own (records older than the fields
+        # that say how it was taken -- place, settle, perf -- never match)
+        try:
+            rec = store.load("swp", sid, SweepRecord)
+        except RecordNotFound:
+            continue
+        if (rec.build_id == build and rec.place == ctx.place_name and rec.perf
+                and rec.idle_baseline and rec.settle_s == dec.settle_s and same_settings(rec)):
+            return sid
     return await _sweep(ctx, build, label)
 
 

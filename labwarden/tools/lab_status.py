@@ -1,5 +1,6 @@
 """lab_status: what the lab is and how it is right now -- its workload (the load kind, the
-workload points an experiment screens and sweeps at, whether the load drives the target's CPU),
+workload points an experiment screens and sweeps at, whether the load drives the target's CPU,
+the arguments of its full sweep),
 the suspects `attribute` may pause, the counters the profile probes; reachable, what runs
 (fingerprint), board health, governor/boost, topology, process manager, associated clients.
 
@@ -18,7 +19,7 @@ from labwarden.lab.config import LabProfile
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel, procs
 from labwarden.lab.dut.errors import CommandTimeout, ConnectionLost, Unreachable
-from labwarden.results.lab_status import LabStatusOutput, Workload
+from labwarden.results.lab_status import LabStatusOutput, SweepArgs, Workload
 from labwarden.tools.context import LabContext
 
 
@@ -31,7 +32,9 @@ def workload(prof: LabProfile) -> Workload:
     return Workload(load_kind=prof.load.kind, axis=driver.axis, points=load_drivers.points(prof),
                     load_drives_cpu=prof.gates.load_drives_cpu, suspects=prof.target.suspects,
                     counters=dict(prof.target.uprobes),
-                    offered_load_counter=prof.decision.offered_load_counter)
+                    offered_load_counter=prof.decision.offered_load_counter,
+                    sweep=SweepArgs(densities=load_drivers.points(prof), reps=prof.decision.sweep_reps,
+                                    window_s=prof.decision.window_s, settle_s=prof.decision.settle_s))
 
 
 async def run(ctx: LabContext, inp: LabStatusInput) -> LabStatusOutput:

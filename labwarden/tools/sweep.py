@@ -108,7 +108,8 @@ async def run(ctx: LabContext, inp: SweepInput) -> SweepOutput:
                          build_id=ctx.state.verified_build if ctx.state.fingerprint_ok() else None,
                          points=points, cleanup_count=cleanup,
                          idle_note=_idle_note(load, inp.idle_baseline), parity=check,
-                         axis=load.axis)
+                         axis=load.axis, place=ctx.place_name, settle_s=inp.settle_s,
+                         perf=inp.perf, idle_baseline=inp.idle_baseline)
     store.save("swp", sid, record)
     await ctx.report(len(densities), len(densities), f"sweep {sid} stored")
     return SweepOutput(sweep_id=sid, label=inp.label, build_id=record.build_id, points=points,
