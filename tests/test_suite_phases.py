@@ -1,0 +1,62 @@
+"""`make test`'s two phases (scripts/test-suite.sh): which markers each phase selects, that every
+test lands in exactly one, that every phase runs when an earlier one failed, and which exit
+status comes out. The script is real; the pytest it drives is a stand-in that records its
+arguments and exits as told (the suite itself is what `make test` runs)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.conftest import LIGHT_MODULES
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "test-suite.sh"
+
+
+def run(tmp_path: Path, exits: dict[str, int]) -> tuple[int, list[list[str]], str]:
+    """The script over a stand-in pytest that exits with `exits[<its -m expression>]` (0 when
+    not named); returns the script's status, each stand-in call's arguments and the output."""
+    calls = tmp_path / "calls"
+    stand_in = tmp_path / "pytest"
+    cases = "\n".join(f'  "{expr}") exit {code} ;;' for expr, code in exits.items())
+    stand_in.write_text(f'#!/usr/bin/env bash\necho "$*" >> "{calls}"\necho "ran $*"\n'
+                        f'case "$3" in\n{cases}\n  *) exit 0 ;;\nesac\n')
+    stand_in.chmod(0o755)
+    res = subprocess.run([str(SCRIPT), str(stand_in), "--durations=3"], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    args = [line.split() for line in calls.read_text().splitlines()]
+    return res.returncode, args, res.stdout
+
+
+def test_the_phases_partition_the_suite_and_every_one_runs(tmp_path: Path) -> None:
+    status, calls, out = run(tmp_path, {})
+    assert status == 0, out
+    exprs = sorted(" ".join(c[2:]) for c in calls)
+    assert exprs == ["icount", "light and not icount", "not icount and not light"]
+    assert all(c[0] == "--durations=3" and c[1] == "-m" for c in calls)  # ARGS passed on
+    # every combination of the two markers is selected by exactly one phase's expression (these
+    # use only names, `and` and `not`: python reads them as pytest's -m does)
+    for icount in (True, False):
+        for light in (True, False):
+            chosen = [e for e in exprs if eval(e, {}, {"icount": icount, "light": light})]
+            assert len(chosen) == 1, (icount, light, chosen)
+    assert out.index("phase 1: the icount tests\n") < out.index("ran --durations=3 -m icount")
+    assert out.index("ran --durations=3 -m icount") < out.index("phase 2")  # printed whole, in place
+
+
+def test_the_first_failure_is_the_status_and_later_phases_still_run(tmp_path: Path) -> None:
+    for name, exits, want in (("later", {"light and not icount": 1, "not icount and not light": 2}, 1),
+                              ("background", {"icount": 3}, 3),
+                              ("empty", {"icount": 5, "light and not icount": 5}, 0)):
+        here = tmp_path / name
+        here.mkdir()
+        status, calls, out = run(here, exits)
+        assert status == want and len(calls) == 3, (name, out)  # 5: a phase that selects
+        # nothing (a single test file in ARGS) is not a failure
+
+
+def test_every_light_module_is_a_test_module() -> None:
+    """A misspelt name would move nothing into phase 1 and say nothing."""
+    missing = sorted(m for m in LIGHT_MODULES if not (ROOT / "tests" / f"{m}.py").is_file())
+    assert missing == []
