@@ -114,6 +114,12 @@ server, but assert on behaviour, not on a measurement -- so they may run beside 
 tests (scripts/test-suite.sh). Every module not named here is measured alone: a new module is
 quiet by default, and joins this set only when none of its assertions reads a measurement."""
 
+GUEST_MODULES = frozenset({"test_qlab", "test_qlab_powercut"})
+"""Modules whose tests run a qlab guest of their own and read from it only behaviour (a boot, a
+flash, a power cut, stations on both sides) or effects far outside any scatter a loaded host adds
+(a SIGSTOP's collapse of >80%, frames in a flame graph): they run beside the `light` and `icount`
+tests too, in a stream of their own (scripts/test-suite.sh)."""
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true",
@@ -122,9 +128,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # marked before `-m` selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
+    for item in items:  # by module name: a module's tests share its fixtures (one vlab, one guest)
         if item.module is not None and item.module.__name__.rpartition(".")[2] in LIGHT_MODULES:
             item.add_marker(pytest.mark.light)
+        if item.module is not None and item.module.__name__.rpartition(".")[2] in GUEST_MODULES:
+            item.add_marker(pytest.mark.guest)
     if config.getoption("--long"):
         return
     # deselected, not skipped: a skip means a missing facility (and fails in CI); these are left

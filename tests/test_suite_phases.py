@@ -5,6 +5,7 @@ arguments and exits as told (the suite itself is what `make test` runs)."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 from pathlib import Path
 
@@ -33,26 +34,30 @@ def test_the_phases_partition_the_suite_and_every_one_runs(tmp_path: Path) -> No
     status, calls, out = run(tmp_path, {})
     assert status == 0, out
     exprs = sorted(" ".join(c[2:]) for c in calls)
-    assert exprs == ["icount", "light and not icount", "not icount and not light"]
+    assert exprs == ["guest and not icount", "icount", "light and not icount and not guest",
+                     "not icount and not light and not guest"]
     assert all(c[0] == "--durations=3" and c[1] == "-m" for c in calls)  # ARGS passed on
-    # every combination of the two markers is selected by exactly one phase's expression (these
-    # use only names, `and` and `not`: python reads them as pytest's -m does)
-    for icount in (True, False):
-        for light in (True, False):
-            chosen = [e for e in exprs if eval(e, {}, {"icount": icount, "light": light})]
-            assert len(chosen) == 1, (icount, light, chosen)
-    assert out.index("phase 1: the icount tests\n") < out.index("ran --durations=3 -m icount")
-    assert out.index("ran --durations=3 -m icount") < out.index("phase 2")  # printed whole, in place
+    # every combination of the markers is selected by exactly one stream's expression (these use
+    # only names, `and` and `not`: python reads them as pytest's -m does)
+    for marks in itertools.product((True, False), repeat=3):
+        names = dict(zip(("icount", "light", "guest"), marks, strict=True))
+        chosen = [e for e in exprs if eval(e, {}, names)]
+        assert len(chosen) == 1, (names, chosen)
+    for name, expr in (("icount", "icount"), ("guest", "guest and not icount")):
+        printed = out.index(f"ran --durations=3 -m {expr}\n")  # whole, in its place
+        assert out.index(f"phase 1: the {name} tests\n") < printed < out.index("phase 2")
 
 
 def test_the_first_failure_is_the_status_and_later_phases_still_run(tmp_path: Path) -> None:
-    for name, exits, want in (("later", {"light and not icount": 1, "not icount and not light": 2}, 1),
+    light, rest = "light and not icount and not guest", "not icount and not light and not guest"
+    for name, exits, want in (("later", {light: 1, rest: 2}, 1),
                               ("background", {"icount": 3}, 3),
-                              ("empty", {"icount": 5, "light and not icount": 5}, 0)):
+                              ("second background", {"guest and not icount": 4, rest: 1}, 4),
+                              ("empty", {"icount": 5, light: 5}, 0)):
         here = tmp_path / name
         here.mkdir()
         status, calls, out = run(here, exits)
-        assert status == want and len(calls) == 3, (name, out)  # 5: a phase that selects
+        assert status == want and len(calls) == 4, (name, out)  # 5: a phase that selects
         # nothing (a single test file in ARGS) is not a failure
 
 
