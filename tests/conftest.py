@@ -91,7 +91,8 @@ def artifacts_dir() -> Path:
 
 
 LONG = "long"
-"""Tests longer than `make test`'s 30 minutes can hold (a fleet of their own, another reboot).
+"""Tests longer than `make test`'s 30 minutes can hold (a fleet of their own, another reboot, the
+vlab's bisect).
 `make test-long` runs them; `pytest --long` adds them to any run."""
 
 LIGHT_MODULES = frozenset({
@@ -102,7 +103,7 @@ LIGHT_MODULES = frozenset({
     "test_dut_protocol", "test_fleet_health_cli", "test_fleet_places", "test_guard_corpus",
     "test_http_sessions", "test_id_paths", "test_judge_parts", "test_kstat", "test_labgrid",
     "test_layers", "test_layers_cli", "test_mcp_resources", "test_mcp_server", "test_mcp_stdio",
-    "test_portable_dut", "test_power_cycle", "test_procfs", "test_prompt_tools",
+    "test_portable_dut", "test_power_cycle", "test_prompt_tools",
     "test_protected_paths", "test_qlab_clock", "test_readme_profiles", "test_records",
     "test_report_results", "test_resources_and_search_limits", "test_results", "test_soak",
     "test_source_and_patches", "test_stock_ssh", "test_suite_phases", "test_tool_by_spec", "test_tool_inputs",

@@ -30,6 +30,7 @@ def quick(layout: VlabLayout) -> LabProfile:
     return LabProfile.from_file(path)
 
 
+@pytest.mark.long  # ~70 s: make test-long; make test bisects logfilt's history (test_loop_logfilt)
 async def test_bisect_names_the_regressing_commit(lab: VlabLayout) -> None:
     first = git(lab.src, "rev-list", "--max-parents=0", "HEAD")
     rec = await call(lab, "bisect", {"good": first, "bad": "HEAD"}, profile=quick(lab))
