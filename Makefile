@@ -40,8 +40,8 @@ qlab: system python
 	@if [ "$$(id -u)" = 0 ]; then $(BIN)/labwarden qlab image >/dev/null && echo "setup: qlab image ready"; \
 	else echo "setup: the qlab image is built as root (make setup as root once)" >&2; fi
 
-# the suite in two phases (scripts/test-suite.sh): the icount qlab loop beside the tests that
-# read no measurement, then every other test alone
+# the suite in two phases (scripts/test-suite.sh): the icount qlab loop and the own-guest qlab
+# tests beside the tests that read no measurement, then every other test alone
 test: setup
 	$(BIN)/ruff check labwarden tests bench
 	$(BIN)/mypy
