@@ -30,9 +30,10 @@ pids+=($!)
 "${pytest[@]}" -m "guest and not icount" >"$logs/guest" 2>&1 &
 pids+=($!)
 "${pytest[@]}" -m "light and not icount and not guest"; note $?
+names=(icount guest)  # in the order of pids
 for i in 0 1; do
   wait "${pids[$i]}"; rc=$?
-  name=$([ "$i" = 0 ] && echo icount || echo guest)
+  name=${names[$i]}
   echo "== phase 1: the $name tests"
   cat "$logs/$name"
   note $rc

@@ -130,9 +130,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)  # marked before `-m` selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:  # by module name: a module's tests share its fixtures (one vlab, one guest)
-        if item.module is not None and item.module.__name__.rpartition(".")[2] in LIGHT_MODULES:
+        name = item.module.__name__.rpartition(".")[2] if item.module is not None else ""
+        if name in LIGHT_MODULES:
             item.add_marker(pytest.mark.light)
-        if item.module is not None and item.module.__name__.rpartition(".")[2] in GUEST_MODULES:
+        if name in GUEST_MODULES:
             item.add_marker(pytest.mark.guest)
     if config.getoption("--long"):
         return

@@ -9,7 +9,7 @@ import itertools
 import subprocess
 from pathlib import Path
 
-from tests.conftest import LIGHT_MODULES
+from tests.conftest import GUEST_MODULES, LIGHT_MODULES
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "test-suite.sh"
@@ -61,7 +61,8 @@ def test_the_first_failure_is_the_status_and_later_phases_still_run(tmp_path: Pa
         # nothing (a single test file in ARGS) is not a failure
 
 
-def test_every_light_module_is_a_test_module() -> None:
+def test_every_light_and_guest_module_is_a_test_module() -> None:
     """A misspelt name would move nothing into phase 1 and say nothing."""
-    missing = sorted(m for m in LIGHT_MODULES if not (ROOT / "tests" / f"{m}.py").is_file())
+    missing = sorted(m for m in LIGHT_MODULES | GUEST_MODULES
+                     if not (ROOT / "tests" / f"{m}.py").is_file())
     assert missing == []
