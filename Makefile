@@ -41,11 +41,12 @@ qlab: system python
 	else echo "setup: the qlab image is built as root (make setup as root once)" >&2; fi
 
 # the suite in two phases (scripts/test-suite.sh): the icount qlab loop and the own-guest qlab
-# tests beside the tests that read no measurement, then every other test alone
+# tests beside the tests that read no measurement, then every other test alone; short tracebacks,
+# so that a CI log's excerpt reaches each failure's own error (a long one is mostly asyncio's)
 test: setup
 	$(BIN)/ruff check labwarden tests bench
 	$(BIN)/mypy
-	PATH="$(CURDIR)/.tools/bin:$$PATH" scripts/test-suite.sh $(BIN)/pytest $(PYTEST_ARGS)
+	PATH="$(CURDIR)/.tools/bin:$$PATH" scripts/test-suite.sh $(BIN)/pytest --tb=short $(PYTEST_ARGS)
 
 # the tests marked `long` (tests/conftest.py): a fleet of their own, another reboot
 test-long: setup

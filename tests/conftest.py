@@ -14,7 +14,7 @@ import pytest
 from labwarden.lab.host import tracefs
 from labwarden.vlab import control
 from labwarden.vlab.layout import VlabLayout
-from tests.qlab_fixtures import Qlab, running_qlab
+from tests.qlab_fixtures import Qlab, QlabFailureLogs, running_qlab
 
 # the hooks: in CI a skip fails, naming what is missing and the set-up step that provides it
 from .ci_skips import missing, pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
@@ -143,6 +143,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if long:
         config.hook.pytest_deselected(items=long)
         items[:] = [item for item in items if not item.get_closest_marker(LONG)]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(QlabFailureLogs(), "labwarden-qlab-failure-logs")
 
 
 def pytest_report_header() -> list[str]:

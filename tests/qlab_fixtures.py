@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +32,30 @@ class Qlab:
     def sh(self, script: str, timeout: float = 120) -> guestssh.GuestResult:
         """A POSIX sh script in the guest (busybox ash)."""
         return guestssh.run_sync(self.endpoint, ["sh", "-c", script], timeout=timeout)
+
+
+_TERMINAL_CODES = re.compile(r"\x1b(?:\[[0-9;?]*[A-Za-z]|c)")
+"""SeaBIOS's screen resets and colours, on the console."""
+
+
+class QlabFailureLogs:
+    """pytest plugin (tests/conftest.py registers it): a failed test on a module's `qlab` reports
+    the tails of the guest's console and of qlabd's log -- what the guest did is gone with the
+    tmp dir, and CI keeps only the report."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item,
+                                  call: pytest.CallInfo[None]) -> Iterator[None]:
+        outcome = yield
+        report = outcome.get_result()  # type: ignore[attr-defined]
+        q = getattr(item, "funcargs", {}).get("qlab")
+        if report.failed and isinstance(q, Qlab):
+            for title, path, lines in (("the qlab's console", q.layout.console_log, 30),
+                                       ("qlabd's log", q.layout.daemon_log, 15)):
+                text = path.read_text(errors="replace") if path.exists() else "(none)"
+                text = _TERMINAL_CODES.sub("", text)
+                report.sections.append((f"{title} (last {lines} lines)",
+                                        "\n".join(text.splitlines()[-lines:])))
 
 
 def guest_image() -> image.QlabImage:

@@ -24,6 +24,7 @@ import pytest
 from labwarden.core.devtext import unmark
 from labwarden.lab.boardstate import BoardState
 from labwarden.lab.dut.device import Device
+from labwarden.qlab import guestssh
 from labwarden.vlab import stockssh
 from labwarden.vlab.layout import VlabLayout
 from tests import stockdut
@@ -325,3 +326,40 @@ async def test_a_connection_dead_at_a_new_sessions_open_is_replaced(
         assert res.exit_status == 0 and res.stdout == "ran\n"
         assert dev._connection.current is not stale and not dev._connection.gone
     assert any("closed under a new session" in r.message for r in caplog.records)
+
+
+async def test_the_qlab_cable_connects_again_after_a_silent_accept(server: stockssh.StockSsh) -> None:
+    """The qlab's host-side cable (qlab/guestssh) against a real server behind a port that, the
+    first time, accepts and never answers -- what QEMU's user-mode network does while the guest
+    boots: the connect that timed out is tried again and the command runs; with one try it
+    fails. The port in front is a plain TCP relay (the one staged part)."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        if len(accepted) % 2:  # every other connection: accepted and never answered
+            return
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", server.port)
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while data := await r.read(65536):
+                w.write(data)
+                await w.drain()
+            w.close()
+
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer), return_exceptions=True)
+
+    front = await asyncio.start_server(relay, "127.0.0.1", 0)
+    port = front.sockets[0].getsockname()[1]
+    ep = server.endpoint().model_copy(update={"port": port})
+    try:
+        res = await guestssh.run(ep, ["echo", "ran"], timeout=30, connect_timeout=1)
+        assert res.ok and res.stdout == "ran\n" and len(accepted) == 2
+        with pytest.raises(TimeoutError):
+            await guestssh.run(ep, ["echo", "ran"], timeout=30, connect_timeout=1, connect_tries=1)
+        assert len(accepted) == 3
+    finally:
+        for w in accepted:
+            w.close()
+        front.close()
+        await front.wait_closed()

@@ -296,9 +296,10 @@ class Flashed(BaseModel):
                                       "answers with a new boot_id), wifi (APs up)")
 
 
-def boot_id(ep: SshEndpoint, connect_timeout: float = 10) -> str:
+def boot_id(ep: SshEndpoint, connect_timeout: float = guestssh.CONNECT_TIMEOUT_S,
+            connect_tries: int = 2) -> str:
     res = asyncio.run(guestssh.run(ep, ["cat", "/proc/sys/kernel/random/boot_id"], timeout=30,
-                                   connect_timeout=connect_timeout))
+                                   connect_timeout=connect_timeout, connect_tries=connect_tries))
     if not res.ok:
         raise QlabError(f"cannot read the guest's boot_id: {quote(res.stderr)}", "is the qlab up?")
     return res.stdout.strip()
@@ -311,7 +312,7 @@ def wait_new_boot(ep: SshEndpoint, old: str, timeout: float = BOOT_TIMEOUT_S) ->
         with contextlib.suppress(OSError, asyncssh.Error, TimeoutError, QlabError):  # rebooting
             # while the guest boots, QEMU's user-mode network accepts the TCP connection and
             # nothing answers it: a short connect timeout keeps the polling fast
-            new = boot_id(ep, connect_timeout=3)
+            new = boot_id(ep, connect_timeout=3, connect_tries=1)
             if new != old:
                 return new
         time.sleep(0.5)

@@ -8,13 +8,17 @@ import asyncio
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import asyncssh
 from pydantic import BaseModel
 
 from labwarden.lab.dut.connection import pinned_known_hosts
 from labwarden.lab.dut.endpoint import SshEndpoint
+
+CONNECT_TIMEOUT_S = 30.0
+"""One connect's limit (TCP, key exchange, auth). Right after a boot the guest's one vCPU also runs
+boot.d (radios, hostapd, the firmware): in CI (f171cee) a 10 s connect right after sysupgrade's
+reboot timed out although the boot_id poll had just been answered."""
 
 
 class GuestResult(BaseModel):
@@ -30,27 +34,39 @@ class GuestResult(BaseModel):
 
 
 async def run(endpoint: SshEndpoint, argv: Sequence[str], timeout: float = 120,
-              connect_timeout: float = 10) -> GuestResult:
-    """Run `argv` (quoted for the guest's ash) and return what it printed."""
+              connect_timeout: float = CONNECT_TIMEOUT_S, connect_tries: int = 2) -> GuestResult:
+    """Run `argv` (quoted for the guest's ash) and return what it printed. A connect that times
+    out is tried again (`connect_tries` in all): nothing has run in the guest yet."""
     loop = asyncio.get_running_loop()
     t0 = loop.time()
-    async with _connect(endpoint, connect_timeout) as conn:
+    async with await _connected(endpoint, connect_timeout, connect_tries) as conn:
         res = await asyncio.wait_for(conn.run(shlex.join(argv), check=False), timeout)
     return GuestResult(argv=list(argv), exit_status=res.exit_status if res.exit_status is not None else -1,
                        stdout=str(res.stdout or ""), stderr=str(res.stderr or ""),
                        seconds=round(loop.time() - t0, 3))
 
 
-def _connect(endpoint: SshEndpoint, connect_timeout: float) -> Any:
-    """asyncssh.connect with the pinned host key, the profile's key and nothing from ~/.ssh."""
-    return asyncssh.connect(endpoint.host, port=endpoint.port, username=endpoint.user,
-                            client_keys=[endpoint.key], known_hosts=pinned_known_hosts(endpoint),
-                            agent_path=None, config=[], connect_timeout=connect_timeout)
+async def _connected(endpoint: SshEndpoint, connect_timeout: float,
+                     tries: int) -> asyncssh.SSHClientConnection:
+    """asyncssh.connect with the pinned host key, the profile's key and nothing from ~/.ssh;
+    `tries` attempts when one times out (a refused or failed one is raised at once)."""
+    tries = max(1, tries)
+    for attempt in range(tries):
+        try:
+            return await asyncssh.connect(
+                endpoint.host, port=endpoint.port, username=endpoint.user,
+                client_keys=[endpoint.key], known_hosts=pinned_known_hosts(endpoint),
+                agent_path=None, config=[], connect_timeout=connect_timeout)
+        except (TimeoutError, asyncssh.ConnectionLost):
+            if attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def put(endpoint: SshEndpoint, local: Path, remote: str, timeout: float = 120) -> None:
     """Copy a host file to the guest (SFTP: dropbear runs OpenSSH's sftp-server)."""
-    async with _connect(endpoint, 10) as conn, conn.start_sftp_client() as sftp:
+    conn = await _connected(endpoint, CONNECT_TIMEOUT_S, 2)
+    async with conn, conn.start_sftp_client() as sftp:
         await asyncio.wait_for(sftp.put(str(local), remote), timeout)
 
 
