@@ -165,8 +165,10 @@ def test_the_loop_keeps_a_fix_refutes_a_no_op_and_drops_a_slower_patch(
     assert by["unknown_frames"].status == "passed" and by["conditions_verified"].status == "passed"
     assert not any(g.failed for g in kept.gates)
     match = next(d for d in kept.flame_deltas if d.symbol == "match_rule")
-    assert match.delta_cpu_pp is not None and match.delta_cpu_pp < -20
     assert match.base_cpu_pp is not None and match.new_cpu_pp is not None
+    # most of match_rule's CPU gone: a share of its own, since logspam's fixed line rate costs
+    # fewer pp on a faster host (15.4 pp here on one, > 20 on another)
+    assert match.delta_cpu_pp is not None and match.delta_cpu_pp < -0.5 * match.base_cpu_pp
     assert match.base_cpu_pp > match.new_cpu_pp
     assert "Δ CPU pp" in (out / "report.html").read_text()
 
