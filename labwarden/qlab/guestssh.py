@@ -16,9 +16,9 @@ from labwarden.lab.dut.connection import pinned_known_hosts
 from labwarden.lab.dut.endpoint import SshEndpoint
 
 CONNECT_TIMEOUT_S = 30.0
-"""One connect's limit (TCP, key exchange, auth). Right after a boot the guest's one vCPU also runs
-boot.d (radios, hostapd, the firmware): in CI (f171cee) a 10 s connect right after sysupgrade's
-reboot timed out although the boot_id poll had just been answered."""
+"""One connect's limit (TCP, key exchange, auth). dropbear answers while boot.d still brings up
+the radios, hostapd and the firmware on the guest's vCPUs; in CI (f171cee) a 10 s connect timed
+out in the sysupgrade test, cause unknown: this and one more try are the margin."""
 
 
 class GuestResult(BaseModel):
