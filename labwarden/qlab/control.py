@@ -297,7 +297,7 @@ class Flashed(BaseModel):
 
 
 def boot_id(ep: SshEndpoint, connect_timeout: float = guestssh.CONNECT_TIMEOUT_S,
-            connect_tries: int = 2) -> str:
+            connect_tries: int = guestssh.CONNECT_TRIES) -> str:
     res = asyncio.run(guestssh.run(ep, ["cat", "/proc/sys/kernel/random/boot_id"], timeout=30,
                                    connect_timeout=connect_timeout, connect_tries=connect_tries))
     if not res.ok:

@@ -5,6 +5,7 @@ any DUT's; this is the bench technician's cable."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,8 @@ CONNECT_TIMEOUT_S = 30.0
 """One connect's limit (TCP, key exchange, auth). dropbear answers while boot.d still brings up
 the radios, hostapd and the firmware on the guest's vCPUs; in CI (f171cee) a 10 s connect timed
 out in the sysupgrade test, cause unknown: this and one more try are the margin."""
+CONNECT_TRIES = 2
+"""Connects tried when one times out: nothing has run in the guest yet, so another is safe."""
 
 
 class GuestResult(BaseModel):
@@ -34,9 +37,10 @@ class GuestResult(BaseModel):
 
 
 async def run(endpoint: SshEndpoint, argv: Sequence[str], timeout: float = 120,
-              connect_timeout: float = CONNECT_TIMEOUT_S, connect_tries: int = 2) -> GuestResult:
-    """Run `argv` (quoted for the guest's ash) and return what it printed. A connect that times
-    out is tried again (`connect_tries` in all): nothing has run in the guest yet."""
+              connect_timeout: float = CONNECT_TIMEOUT_S,
+              connect_tries: int = CONNECT_TRIES) -> GuestResult:
+    """Run `argv` (quoted for the guest's ash) and return what it printed; `connect_tries`
+    connects when one times out."""
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     async with await _connected(endpoint, connect_timeout, connect_tries) as conn:
@@ -46,26 +50,26 @@ async def run(endpoint: SshEndpoint, argv: Sequence[str], timeout: float = 120,
                        seconds=round(loop.time() - t0, 3))
 
 
-async def _connected(endpoint: SshEndpoint, connect_timeout: float,
-                     tries: int) -> asyncssh.SSHClientConnection:
+async def _connected(endpoint: SshEndpoint, connect_timeout: float = CONNECT_TIMEOUT_S,
+                     tries: int = CONNECT_TRIES) -> asyncssh.SSHClientConnection:
     """asyncssh.connect with the pinned host key, the profile's key and nothing from ~/.ssh;
     `tries` attempts when one times out (a refused or failed one is raised at once)."""
-    tries = max(1, tries)
-    for attempt in range(tries):
-        try:
-            return await asyncssh.connect(
-                endpoint.host, port=endpoint.port, username=endpoint.user,
-                client_keys=[endpoint.key], known_hosts=pinned_known_hosts(endpoint),
-                agent_path=None, config=[], connect_timeout=connect_timeout)
-        except (TimeoutError, asyncssh.ConnectionLost):
-            if attempt == tries - 1:
-                raise
-    raise AssertionError("unreachable")
+
+    async def connect() -> asyncssh.SSHClientConnection:
+        return await asyncssh.connect(endpoint.host, port=endpoint.port, username=endpoint.user,
+                                      client_keys=[endpoint.key],
+                                      known_hosts=pinned_known_hosts(endpoint), agent_path=None,
+                                      config=[], connect_timeout=connect_timeout)
+
+    for _ in range(tries - 1):
+        with contextlib.suppress(TimeoutError, asyncssh.ConnectionLost):
+            return await connect()
+    return await connect()
 
 
 async def put(endpoint: SshEndpoint, local: Path, remote: str, timeout: float = 120) -> None:
     """Copy a host file to the guest (SFTP: dropbear runs OpenSSH's sftp-server)."""
-    conn = await _connected(endpoint, CONNECT_TIMEOUT_S, 2)
+    conn = await _connected(endpoint)
     async with conn, conn.start_sftp_client() as sftp:
         await asyncio.wait_for(sftp.put(str(local), remote), timeout)
 
