@@ -15,6 +15,7 @@ from labwarden.lab.labgrid import (
     PlaceBusy,
     PlaceLease,
     resolve_endpoint,
+    strategy_failure,
     transition,
 )
 from labwarden.vlab.layout import VlabLayout
@@ -104,6 +105,29 @@ def test_missing_pieces_name_the_yaml_key(tmp_path: Path) -> None:
         resolve_endpoint(LabgridConfig(env=env, target="dut"))
     with pytest.raises(LabgridError, match="could not be found"):
         resolve_endpoint(LabgridConfig(env=str(tmp_path / "absent.yaml")))
+
+
+def test_a_broken_strategy_is_named_by_what_broke_it() -> None:
+    """labgrid's never_retry answers every failure, the first too, with "X is in broken state"
+    raised from the cause: a failed flash names the cause -- through a remote strategy's link,
+    the daemon's reason (here qlabd's, on a power cut mid-boot)."""
+    from labgrid.strategy.common import StrategyError, never_retry
+
+    class Remote:
+        broken = None
+
+        @never_retry
+        def transition(self, reason: str) -> None:
+            raise StrategyError(f"qlabd refused or failed `flash`: {reason}")
+
+    remote = Remote()
+    for _ in range(2):  # the first call and the one after it, which the strategy refuses
+        with pytest.raises(StrategyError, match="Remote is in broken state") as err:
+            remote.transition("StrategyError: QEMU exited during the boot (exit code -9)")
+        assert strategy_failure(err.value) == ("StrategyError: qlabd refused or failed `flash`: "
+                                               "StrategyError: QEMU exited during the boot "
+                                               "(exit code -9)")
+    assert strategy_failure(OSError("no such device")) == "OSError: no such device"
 
 
 async def test_lease_alice_then_bob(lab: LabgridLab, vlab: VlabLayout, tmp_path: Path,

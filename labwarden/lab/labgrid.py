@@ -622,6 +622,15 @@ def _name_place(target: dict[str, Any], place: str) -> None:
 
 # --- driving a Strategy ---------------------------------------------------------------------------
 
+def strategy_failure(exc: BaseException) -> str:
+    """What made a Strategy's transition fail, as "Type: message". labgrid's `never_retry` raises
+    "X is in broken state" from the exception that broke X: that one is named instead (a remote
+    strategy's is the chain's next link, with the daemon's own reason in its message)."""
+    while str(exc).endswith("is in broken state") and exc.__cause__ is not None:
+        exc = exc.__cause__
+    return f"{type(exc).__name__}: {exc}"
+
+
 async def transition(cfg: LabgridConfig, state: str, *, lease: PlaceLease | None = None,
                      images: dict[str, str] | None = None) -> None:
     """Activate the target's Strategy and `transition(state)` (e.g. flash), in a labgrid thread:

@@ -6,7 +6,9 @@ SSH (labgrid's ShellStrategy logs in on the console; the qlab's DUT is a router 
 
 QlabQEMUDriver is labgrid's QEMUDriver with its one unbounded wait bounded: `on()` accepts QEMU's
 serial-socket connection with no timeout, so a QEMU killed before it connects (a power cut in
-the middle of a flash) left qlabd waiting without end.
+the middle of a flash) left qlabd waiting without end. The strategy's `shell` waits for
+dropbear's banner while QEMU lives before it activates the SSHDriver, which alone retries a
+refused port for its whole connection_timeout after QEMU died.
 
 Bindings: power = the QlabQEMUDriver (PowerProtocol), ssh = the SSHDriver. A power cycle is
 `transition("off")` then `transition("shell")`. The env YAML loads this module with
@@ -16,6 +18,8 @@ Bindings: power = the QlabQEMUDriver (PowerProtocol), ssh = the SSHDriver. A pow
 from __future__ import annotations
 
 import enum
+import socket
+import time
 from typing import Any
 
 import attr
@@ -34,6 +38,10 @@ class Status(enum.Enum):
 ACCEPT_S = 20.0
 """How long `on()` waits for a started QEMU to connect its serial socket: QEMU does so while it
 initialises (before the guest runs: it starts with -S), seconds even under TCG on a loaded host."""
+
+
+BANNER_S = 3.0
+"""How long one look at the forwarded SSH port waits to connect and for dropbear's banner."""
 
 
 @target_factory.reg_driver
@@ -89,6 +97,31 @@ class QlabStrategy(Strategy):
             self.target.deactivate(self.ssh)
             self.target.activate(self.power)
             self.power.on()
+            self._await_sshd()
             self.target.activate(self.ssh)  # retries until dropbear answers (connection_timeout)
             self.boot_id = self.ssh.run_check("cat /proc/sys/kernel/random/boot_id")[0].strip()
         self.status = status
+
+    def _await_sshd(self) -> None:
+        """Wait for dropbear's banner on the forwarded port while QEMU lives. SSHDriver retries a
+        refused connection for its whole connection_timeout (240 s) even when QEMU is gone -- a
+        power cut mid-boot held a flash that long; here QEMU's exit ends the wait at once. At
+        the limit, SSHDriver's own attempt reports what failed."""
+        address, port = self.ssh.networkservice.address, int(self.ssh.networkservice.port)
+        deadline = time.monotonic() + float(self.ssh.connection_timeout)
+        while time.monotonic() < deadline:
+            child = self.power._child
+            code = None if child is None else child.poll()
+            if child is None or code is not None:
+                raise StrategyError(f"QEMU exited during the boot (exit code {code}), before "
+                                    "dropbear answered")
+            # QEMU's user-mode network accepts the port before the guest listens and then says
+            # nothing: a banner, not a connection, is the answer
+            try:
+                with socket.create_connection((address, port), timeout=BANNER_S) as conn:
+                    conn.settimeout(BANNER_S)
+                    if conn.recv(4) == b"SSH-":
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
