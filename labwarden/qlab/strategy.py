@@ -98,18 +98,19 @@ class QlabStrategy(Strategy):
             self.target.activate(self.power)
             self.power.on()
             self._await_sshd()
-            self.target.activate(self.ssh)  # retries until dropbear answers (connection_timeout)
+            self.target.activate(self.ssh)  # dropbear answers: its master connects at once
             self.boot_id = self.ssh.run_check("cat /proc/sys/kernel/random/boot_id")[0].strip()
         self.status = status
 
     def _await_sshd(self) -> None:
-        """Wait for dropbear's banner on the forwarded port while QEMU lives. SSHDriver retries a
-        refused connection for its whole connection_timeout (240 s) even when QEMU is gone -- a
-        power cut mid-boot held a flash that long; here QEMU's exit ends the wait at once. At
-        the limit, SSHDriver's own attempt reports what failed."""
+        """Wait for dropbear's banner on the forwarded port while QEMU lives, up to the SSHDriver's
+        connection_timeout (240 s). SSHDriver alone retries a refused port that long even when
+        QEMU is gone -- a power cut mid-boot held a flash for it; here QEMU's exit ends the wait
+        at once, and the SSHDriver connects to a dropbear that answers."""
         address, port = self.ssh.networkservice.address, int(self.ssh.networkservice.port)
-        deadline = time.monotonic() + float(self.ssh.connection_timeout)
-        while time.monotonic() < deadline:
+        limit = float(self.ssh.connection_timeout)
+        deadline = time.monotonic() + limit
+        while True:
             child = self.power._child
             code = None if child is None else child.poll()
             if child is None or code is not None:
@@ -124,4 +125,7 @@ class QlabStrategy(Strategy):
                         return
             except OSError:
                 pass
+            if time.monotonic() > deadline:
+                raise StrategyError(f"dropbear did not answer within {limit:g} s of the power-on "
+                                    "(QEMU runs): see the guest's console log")
             time.sleep(0.5)
