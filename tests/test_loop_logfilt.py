@@ -51,11 +51,11 @@ QUICK = ("\n[decision]\nwindow_s = 2.0\nmin_effect_pct = 20.0\nmax_windows = 21\
 """...and 2 s windows, interleaved (A B, B A...) as the vlab's loop: a flash here costs ~1 s, so
 the arms stop at the rule's first look instead of A's cap. The band of "same" is +-20% with a cap
 of 21: this host's 2 s windows of logfilt scatter by ~2-3% (a no-op "same" at 3+3 windows, also
-with two busy loops beside it), but a CI runner's once read the no-op 16.3 -> 14.5 with CI
+with two busy loops beside it), but a CI runner once read the no-op 16.3 -> 14.5 with CI
 [-26.9, +8.5]% at 15+15 (~14% a window), "unknown" at the old +-10% and cap of 15. Simulated
-with `judge` on that scatter, a no-op is "same" at +-10%/15 in 1% of comparisons, at +-20%/21 in
-96%. The fix (-95%) and the slower patch (+250-300%) stay far outside the band. The README
-profile's test keeps the default rule, A once at the cap."""
+with `judge` on that scatter, a no-op is "same" at +-10%/15 in 1-3% of comparisons, at
++-20%/21 in 96%. The fix (-95%) and the slower patch (+250-300%) stay far outside the band. The
+README profile's test keeps the default rule, A once at the cap."""
 
 
 @pytest.fixture(scope="module")
