@@ -317,13 +317,19 @@ async def test_a_wrong_image_fails_verification(qlab: Qlab) -> None:
 def test_a_qlab_place_joins_the_fleet(qlab: Qlab, tmp_path: Path) -> None:
     """This qlab as the place of a fleet (qlab.fleet.join: what `qlab up --places N` does after the
     boots): a real coordinator and exporter; the fleet profile is a valid lab profile whose
-    lease reaches the guest through the place (its boot_id over SSH is the qlab's); leaving the
-    fleet stops the coordinator and exporter and leaves the qlab running."""
+    lease reaches the guest through the place (its boot_id over SSH is the qlab's), and whose
+    calls (as the loop makes them: on a leased place, with the place's own profile) build, flash
+    and prove a patched image there -- a new boot, the build's fingerprint; leaving the fleet
+    stops the coordinator and exporter and leaves the qlab running."""
     import json
 
+    from labwarden.core.events import ToolCalled
     from labwarden.lab.fleet import Fleet
     from labwarden.lab.host.pidfile import alive
     from labwarden.qlab import fleet as qlab_fleet
+    from labwarden.runtime.fleet import open_fleet
+    from labwarden.transcripts.audit import audit
+    from labwarden.transcripts.store import TranscriptStore
 
     dir = tmp_path / "qfleet"
     try:
@@ -344,6 +350,32 @@ def test_a_qlab_place_joins_the_fleet(qlab: Qlab, tmp_path: Path) -> None:
 
         place, boot_id = asyncio.run(boot_id_through_the_place())
         assert place == "qlab-0" and boot_id == control.status(qlab.root).boot_id
+
+        async def flash_through_the_fleet() -> tuple[str, list[dict[str, Any]]]:
+            async with open_fleet(profile, client="test") as (home, pool):
+                async def ok(tool: str, args: dict[str, Any]) -> dict[str, Any]:
+                    rec = await pool.call(tool, args)  # on a leased place, as the loop's calls
+                    assert rec.ok and rec.result is not None, (tool, rec.error)
+                    return rec.result
+
+                running = await ok("build", {"patches": ["0902"]})  # what the tests above left
+                proved_running = await ok("fingerprint_verify", {"build_id": running["build_id"]})
+                built = await ok("build", {"patches": ["0901", "0902"]})
+                flashed = await ok("flash", {"build_id": built["build_id"]})
+                proved = await ok("fingerprint_verify", {"build_id": built["build_id"]})
+                assert home.session_id is not None
+                return home.session_id, [proved_running, built, flashed, proved]
+
+        sid, (proved_running, built, flashed, proved) = asyncio.run(flash_through_the_fleet())
+        with TranscriptStore(profile.data_dir() / "transcripts.db") as store:
+            assert audit(store, sid).ok
+            calls = [e.event for e in store.events(sid)
+                     if isinstance(e.event, ToolCalled) and e.event.parent_id is None]
+        assert [(c.call.tool, c.place) for c in calls if c.call.tool != "build"] == [
+            ("fingerprint_verify", "qlab-0"), ("flash", "qlab-0"), ("fingerprint_verify", "qlab-0")]
+        assert proved_running["verified"] and flashed["flashed"], (proved_running, flashed)
+        assert proved["verified"] and unmark(proved["git_hash_running"]) == built["git_hash"], proved
+        assert control.boot_id(qlab.endpoint) != boot_id  # the flash's boot
         hub_pids = json.loads((dir / "labgrid" / "hub.json").read_text())["pids"]
         res = CliRunner().invoke(app, ["qlab", "status", "--json", "--dir", str(dir)])
         assert res.exit_code == 0 and json.loads(res.output)["places"]["qlab-0"]["state"] == "shell"
