@@ -96,7 +96,7 @@ class StrategyCycle:
             raise
         except Exception as exc:  # labgrid's strategies raise what their drivers raise
             raise FlashFailed(f"labgrid's Strategy failed to reach {f.section.state}: "
-                              f"{labgrid.strategy_failure(exc)}", "see the strategy's log, then lab_status") \
+                              + labgrid.strategy_failure(exc), "see the strategy's log, then lab_status") \
                 from exc
         return await back.target_back(f.dev, f.profile, before, f.section.timeout_s)
 

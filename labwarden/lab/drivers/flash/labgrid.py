@@ -43,7 +43,7 @@ class LabgridFlash:
             raise
         except Exception as exc:  # labgrid's strategies raise what their drivers raise
             raise FlashFailed(f"labgrid's Strategy failed to reach {self.section.state}: "
-                              f"{labgrid.strategy_failure(exc)}",
+                              + labgrid.strategy_failure(exc),
                               "the board is now `unknown`: see the strategy's log, then lab_status") \
                 from exc
         await report("waiting for the DUT to come back")
