@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -170,6 +171,25 @@ def test_build_timeout_kills_the_build_and_its_processes(vlab: VlabLayout, tmp_p
     assert record["error"]["kind"] == "timeout", record
     assert "timeout_s = 3" in " ".join(record["error"]["lines"])
     assert _left("sleep 25.302") == [] and _left("sleep 47.302") == []
+
+
+def test_a_stopped_build_returns_only_once_its_namespace_is_gone(tmp_path: Path) -> None:
+    """The kernel kills a pid namespace's other processes as its init exits, after the outer
+    bwrap is reaped: before `run` waited for that, 11 of 20 stopped runs like these still had a
+    setsid'd sleeper alive when `run` returned (unloaded host)."""
+    tree, out = tmp_path / "tree", tmp_path / "out"
+    tree.mkdir()
+    out.mkdir()
+    for run in range(5):
+        tag = f"30{run}"
+        detached = "; ".join(f"(setsid sleep 47.{tag}{k} >/dev/null 2>&1 &)" for k in range(20))
+        stop = threading.Event()
+        timer = threading.Timer(0.5, stop.set)
+        timer.start()
+        res = sandbox.run(["sh", "-c", f"{detached}; sleep 25.{tag}"], tree=tree, out=out,
+                          limits=sandbox.Limits(timeout_s=30), log=tmp_path / "log", stop=stop)
+        assert res.stopped and res.duration_s < 15, res
+        assert _left(f"sleep 47.{tag}") == [] and _left(f"sleep 25.{tag}") == [], run
 
 
 def test_a_build_without_bubblewrap_is_refused_not_run_unconfined(

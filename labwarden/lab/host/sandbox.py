@@ -20,6 +20,7 @@ started with it (a process that left the group by setsid included).
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -37,6 +38,8 @@ SRC = "/build/src"
 OUT = "/build/out"
 """Where the worktree and the output dir appear in the sandbox: fixed paths (the real ones may
 lie under directories only root can enter; and the same sources give the same debug info)."""
+REAP_S = 10.0
+"""How long a killed sandbox's namespace may take to be torn down before `run` returns."""
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives")
 """What a toolchain reads under /etc: the loader's cache and gcc/cc's alternatives links. Not
@@ -142,12 +145,35 @@ def hand_over(paths: Sequence[Path]) -> None:
                 os.lchown(os.path.join(root, name), NOBODY, NOBODY)
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the group and wait until the sandbox's pid namespace is gone. Its init (bwrap's
+    child, not ours to wait for) is killed with the group; the kernel kills the rest of the
+    namespace as that init exits, which lags behind the outer bwrap's death -- on a loaded host
+    a setsid'd process of the build was still alive after `proc.wait()`. A pidfd of the init
+    turns readable only once every process of its namespace has been reaped."""
+    pidfds = []
+    for child in _children(proc.pid):  # taken before the kill: after it, the init is orphaned
+        try:
+            pidfds.append(os.pidfd_open(child))
+        except OSError:
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait()
+    for fd in pidfds:
+        try:
+            select.select([fd], [], [], REAP_S)
+        finally:
+            os.close(fd)
 
 
 def run(argv: Sequence[str], *, tree: Path, out: Path, limits: Limits, log: Path,
