@@ -14,7 +14,8 @@ scripts, C headers -- so whatever `[build] command` runs is agent-written code. 
 - under rlimits (address space `[build] memory_mb`, CPU seconds, processes) and a wall-clock
   limit (`[build] timeout_s`); a caller's stop event (the session's wall time) ends it too.
 Ending it kills the process group, and bwrap's pid namespace takes every process the build
-started with it (a process that left the group by setsid included).
+started with it (a process that left the group by setsid included); `run` returns once they are
+gone.
 """
 
 from __future__ import annotations
