@@ -119,6 +119,10 @@ def test_associates_18_and_60_real_stations_verified_on_both_sides(qlab: Qlab) -
     assert "10 station(s) still listed after 15 s" in res.stderr, res.stderr
     assert "deauthenticated by their AP" in res.stderr and res.seconds >= 15, res
     assert _ap_macs(qlab) == {vap: set() for vap in VAPS}
+    # the radio heard again: its stations associate and are released as before
+    assert stations.associate(qlab.endpoint, 6).total == 6
+    assert stations.release(qlab.endpoint) == 6
+    assert _ap_macs(qlab) == {vap: set() for vap in VAPS}
     assert _datamodel(qlab)["total"] == 0
 
 
