@@ -139,13 +139,17 @@ def place_busy_s(store: TranscriptStore, sid: str) -> dict[str, float]:
 
 
 def set_aside_sweeps_of_a(profile: LabProfile, n: int) -> None:
-    """Move the experiment records of the loop that just ran out of the record store (to
-    records/exp-run-N), so the next loop finds no sweep of A to reuse (tools/experiment._a_sweep
-    reads them): each loop pays its own places' sweeps of A, as a night does. Builds stay
-    cached (a vlab build takes a second or two)."""
-    exps = profile.data_dir() / "records" / "exp"
-    if exps.is_dir():
-        exps.rename(exps.with_name(f"exp-run-{n}"))
+    """Move the experiment and sweep records of the loop that just ran out of the record store
+    (to records/exp-run-N, swp-run-N), so the next loop finds no sweep of A to reuse: each loop
+    pays its own places' sweeps of A, as a night does. tools/experiment._a_sweep reads both: an
+    experiment's sweeps, then any sweep of the build on the place taken with the experiment's
+    settings -- which is how, with only the experiments moved, the one-place loop took the
+    fleet's sweep of A on vlab-0 and skipped its own (47 s of 497 place-s; every run to
+    2026-11-27). Builds stay cached (a vlab build takes a second or two; the fleet pays them)."""
+    records = profile.data_dir() / "records"
+    for kind in ("exp", "swp"):
+        if (records / kind).is_dir():
+            (records / kind).rename(records / f"{kind}-run-{n}")
 
 
 def main_fleet(places: int, rounds: int = 1) -> None:
