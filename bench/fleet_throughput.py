@@ -144,8 +144,9 @@ def set_aside_sweeps_of_a(profile: LabProfile, n: int) -> None:
     pays its own places' sweeps of A, as a night does. tools/experiment._a_sweep reads both: an
     experiment's sweeps, then any sweep of the build on the place taken with the experiment's
     settings -- which is how, with only the experiments moved, the one-place loop took the
-    fleet's sweep of A on vlab-0 and skipped its own (47 s of 497 place-s; every run to
-    2026-11-27). Builds stay cached (a vlab build takes a second or two; the fleet pays them)."""
+    fleet's sweep of A on vlab-0 and skipped its own (47 s of 497 place-s, in the first run
+    of 2026-11-27; the earlier runs' records are gone). Builds stay cached (a vlab build takes
+    a second or two; the fleet pays them)."""
     records = profile.data_dir() / "records"
     for kind in ("exp", "swp"):
         if (records / kind).is_dir():

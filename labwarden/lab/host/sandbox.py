@@ -170,9 +170,11 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
-    for fd in pidfds:
+    for fd in pidfds:  # poll, not select: a busy server's fds pass select's 1024 limit
         try:
-            select.select([fd], [], [], REAP_S)
+            waiter = select.poll()
+            waiter.register(fd, select.POLLIN)
+            waiter.poll(REAP_S * 1000)
         finally:
             os.close(fd)
 
