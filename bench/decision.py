@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,8 +44,24 @@ from labwarden.runtime.session import open_lab
 from labwarden.tools import abtest
 from labwarden.vlab import control as vlab_control
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.patching import NO_OP, change  # the same diff the acceptance test writes
+NO_OP_LINE = "/* labwarden A/A: a comment, the same code */\n"
+
+
+def no_op_diff(profile: LabProfile) -> str:
+    """The live A/A's B: a comment appended to the first tracked C file of the lab's own
+    `[build] repo` at HEAD -- any lab's firmware, not only the vlab's (whose wld.c the first
+    version of this bench edited, so `--lab` on another firmware could not submit it)."""
+    repo = Path(profile.build.repo).expanduser()
+    tracked = subprocess.run(["git", "-C", str(repo), "ls-files", "--", "*.c", "*.h"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    if not tracked:
+        sys.exit(f"[build] repo {repo}: no tracked .c or .h file to put the A/A's comment in")
+    path = tracked[0]
+    text = subprocess.run(["git", "-C", str(repo), "show", f"HEAD:{path}"],
+                          capture_output=True, text=True, check=True).stdout
+    after = text + ("" if text.endswith("\n") else "\n") + NO_OP_LINE
+    return "".join(difflib.unified_diff(text.splitlines(True), after.splitlines(True),
+                                        f"a/{path}", f"b/{path}"))
 
 
 def adaptive(pool: list[float], rule: DecisionRule, rng: random.Random, effect: float) -> Judgement:
@@ -85,7 +103,7 @@ async def live(profile: LabProfile, n: int) -> tuple[list[Judgement], list[int],
     flashes: list[int] = []
     t0 = time.monotonic()
     async with open_lab(profile, client="bench") as ctx:
-        diff = change("wld.c", *NO_OP)
+        diff = no_op_diff(profile)
         sub = await call_tool(ctx, "patch_submit", {"name": "aa-comment", "diff": diff})
         assert sub.ok and sub.result, sub.error
         a, b = profile.build.baseline, sub.result["build_id"]
@@ -136,6 +154,9 @@ def main() -> None:
 
 
 def run(console: Console, profile: LabProfile, args: argparse.Namespace) -> None:
+    if not profile.build.baseline:
+        sys.exit("[build] baseline: not set -- `labwarden call build --lab LAB`, then `flash` and "
+                 "`fingerprint_verify` with its build_id, and set `baseline` to that build_id")
     t0 = time.monotonic()
     pool, profile = asyncio.run(record(profile, args.windows))
     # the resampled part is printed before the live one starts: a long live part that is cut
