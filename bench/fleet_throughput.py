@@ -161,6 +161,7 @@ def main_fleet(places: int, rounds: int = 1) -> None:
 
     root = Path(tempfile.mkdtemp(prefix="lw-fleet-throughput-")) / "vlab"
     rows: list[tuple[int, float, list[Experiment], bool, float, dict[str, float]]] = []
+    sweeps: dict[int, int] = {}  # full sweeps per loop: a fleet should sweep A no more than one place
     try:
         fleet = fleet_up(root, places)
         one = one_place_profile(fleet)
@@ -173,6 +174,8 @@ def main_fleet(places: int, rounds: int = 1) -> None:
             with TranscriptStore(profile.data_dir() / "transcripts.db") as store:
                 ok = audit(store, sid).ok
                 places_busy = place_busy_s(store, sid)
+                sweeps[n] = sum(1 for e in store.events(sid) if isinstance(e.event, ToolCalled)
+                                and e.event.call.tool == "sweep")
             rows.append((n, wall, fleet_experiments(profile, sid), ok,
                          (busy1 - busy0) / max(1, total1 - total0), places_busy))
             set_aside_sweeps_of_a(profile, n)
@@ -194,7 +197,8 @@ def main_fleet(places: int, rounds: int = 1) -> None:
     console.print(t)
     s = Table(title="candidates judged per hour")
     for col in ("places", "candidates", "wall s", "per hour", "undecided", "keeps", "keeps reproduced "
-                "on another place", "audit", "host CPU busy", "place-s busy (share of wall)"):
+                "on another place", "full sweeps", "audit", "host CPU busy",
+                "place-s busy (share of wall)"):
         s.add_column(col, justify="right")
     rate = {}
     for n, wall, exps, ok, busy, places_busy in rows:
@@ -206,7 +210,7 @@ def main_fleet(places: int, rounds: int = 1) -> None:
                      and x.reproduction.place != x.place]
         s.add_row(str(n), str(len(exps)), f"{wall:.0f}", f"{rate[n]:.1f}",
                   ", ".join(undecided) or "none", str(len(kept)), f"{len(elsewhere)}/{len(kept)}",
-                  "ok" if ok else "FAILED", f"{busy:.0%}",
+                  str(sweeps[n]), "ok" if ok else "FAILED", f"{busy:.0%}",
                   f"{sum(places_busy.values()):.0f} ({sum(places_busy.values()) / (wall * n):.0%})")
     console.print(s)
     # the ratio is N x (one place's place-seconds / the fleet's) x (the fleet's busy share / one

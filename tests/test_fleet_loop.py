@@ -26,6 +26,8 @@ from labwarden.core.experiments import Experiment
 from labwarden.core.placehealth import HealthStore
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
+from labwarden.report.data import collect
+from labwarden.report.render import render
 from labwarden.tools.bisect import narrow, split
 from labwarden.transcripts.audit import audit
 from labwarden.transcripts.store import TranscriptStore
@@ -190,6 +192,84 @@ def test_experiments_spread_and_a_keep_is_reproduced_elsewhere(fleet: vlab_fleet
     assert f"on place {bulk.place}" in summary and "## Places (fleet health)" in summary
     health = HealthStore(LabProfile.from_file(lab).data_dir()).all()
     assert {p: h.state for p, h in health.items()} == {p: "good" for p in fleet.places}
+
+
+def test_a_survivor_sweeps_where_a_is_swept_already(fleet: vlab_fleet.FleetInfo) -> None:
+    """A full sweep of A (the agent's own, with the experiment's settings) is on vlab-1 only;
+    bulk-pull is screened on vlab-0. Decided improved there, it is screened again on vlab-1 --
+    the place holding A's sweep -- and its survivor's sweeps, compare and gates run there: A's
+    sweep is that one (not swept again on vlab-0), B's is new and on vlab-1. No model: the
+    calls go through the fleet's place pool, as the loop's do; everything else is real.
+    When the first screening is not "improved" (a busy box can leave bulk-pull undecided at 9
+    windows) the experiment is asked again, up to three times."""
+    from labwarden.runtime.fleet import open_fleet
+    from labwarden.runtime.runner import call_tool
+    from labwarden.tools import experiment as experiment_tool
+    from labwarden.tools.lab_status import workload
+
+    prof = LabProfile.from_file(quick_profile(fleet))
+    first, holder = sorted(fleet.places)
+
+    async def go() -> tuple[str, list[Experiment], str, int]:
+        async with open_fleet(prof) as (home, pool):
+            assert home.session_id is not None
+            sub = await call_tool(home, "patch_submit", {"name": "bulk-pull-2",
+                                                         "diff": change("hal.c", *BULK)})
+            assert sub.ok and sub.result, sub
+            async with pool.session(exclude={first}) as q:
+                assert q.place_name == holder
+                a = await experiment_tool._build(q.profile, [], "HEAD")
+                for name in ("flash", "fingerprint_verify"):
+                    rec = await call_tool(q, name, {"build_id": a})
+                    assert rec.ok, rec
+                rec = await call_tool(q, "sweep", {**workload(q.profile).sweep.model_dump(),
+                                                   "perf": True, "label": "base"})
+                assert rec.ok and rec.result, rec
+                sweep_a = rec.result["sweep_id"]
+            swept_before = len(RecordStore(prof.data_dir()).ids("swp"))
+            exps = []
+            for _ in range(3):
+                async with pool.session(exclude={holder}) as p:
+                    assert p.place_name == first
+                    rec = await call_tool(p, "experiment", {"patch": sub.result["patch_id"]})
+                assert rec.ok and rec.result, rec
+                exps.append(RecordStore(prof.data_dir()).load("exp", rec.result["experiment_id"],
+                                                              Experiment))
+                if exps[-1].verdict == "improved":
+                    break
+            return home.session_id, exps, sweep_a, swept_before
+
+    sid, exps, sweep_a, swept_before = asyncio.run(go())
+    improved = [x for x in exps if x.verdict == "improved"]
+    assert improved, [x.reason for x in exps]
+    for x in exps[:-1]:  # screened once, nothing swept
+        assert x.reproduction is None and x.sweep_a is None, x.reason
+    (x,) = improved
+    rep = x.reproduction
+    assert x.place == first and rep is not None and rep.place == holder, x.reason
+    assert rep.screening is not None and rep.screening.final.describe() in x.reason
+    records = RecordStore(prof.data_dir())
+    new = records.ids("swp")[swept_before:]
+    if rep.reproduced:
+        assert rep.survivor_here and x.sweep_a == sweep_a, (x.sweep_a, sweep_a)
+        assert x.sweep_b is not None and new == [x.sweep_b], new  # B's only: A not swept again
+        from labwarden.core.measurements import SweepRecord
+        assert records.load("swp", x.sweep_b, SweepRecord).place == holder
+        assert {g.name for g in x.gates} >= {"offered_load_parity"}, x.gates
+        assert x.decision in ("kept", "dropped"), x.reason
+        assert "full sweeps and gates there" in x.reason, x.reason
+    else:  # the second screening did not say "improved": dropped before any sweep
+        assert x.decision == "dropped" and x.reason.startswith(f"did not reproduce on {holder}: ")
+        assert not rep.survivor_here and x.sweep_a is None and new == [], x.reason
+    with TranscriptStore(prof.data_dir() / "transcripts.db") as store:
+        report = audit(store, sid)
+        assert report.ok, report.problems
+        calls = [e.event for e in store.events(sid) if isinstance(e.event, ToolCalled)]
+        html = render(collect(store, sid, prof.data_dir(), "survivor"))
+    sweeps = [c for c in calls if c.call.tool == "sweep"]
+    assert all(c.place == holder for c in sweeps), [(c.place, c.parent_id) for c in sweeps]
+    assert f"again on {holder}" in html
+    assert ("(full sweeps there)" in html) == rep.reproduced
 
 
 def _kill_when_flashed(db: Path, sid: str, info: vlab_fleet.FleetInfo, killed: list[str],

@@ -151,9 +151,11 @@ def test_workload_points_come_from_the_load_unless_declared() -> None:
 
 def test_a_sweep_stands_in_for_a_only_on_its_own_board(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """An earlier experiment's sweep of the same build is A's sweep again -- on its own place
-    only: on a fleet, a sweep from another place would compare A and B across boards. No lab:
-    the context is a stand-in (its profile and place are read) and a new sweep is recorded, not
+    """An earlier experiment's sweep of the same build is A's sweep again -- on the place the
+    sweep ran on only: on a fleet, a sweep from another place would compare A and B across
+    boards. The sweep's own place counts, not the experiment's: a survivor screened first on
+    vlab-0 sweeps on vlab-1 when it reproduces there (tools/experiment._reproduce). No lab: the
+    context is a stand-in (its profile and place are read) and a new sweep is recorded, not
     run."""
     import asyncio
     from datetime import UTC, datetime
@@ -171,10 +173,11 @@ def test_a_sweep_stands_in_for_a_only_on_its_own_board(tmp_path: Path,
                        clients_held=True)
     old, now = "swp-0000000000a1", datetime.now(UTC)
     store.save("swp", old, SweepRecord(id=old, started_at=now, window_s=3.0, reps=2,
-                                       build_id="a" * 16, points=[point], cleanup_count=None))
+                                       build_id="a" * 16, points=[point], cleanup_count=None,
+                                       place="vlab-1"))
     store.save("exp", "exp-0000000000c3", Experiment(
         id="exp-0000000000c3", patch="p", ref="HEAD", build_a="a" * 16, started_at=now,
-        decision="kept", reason="", sweep_a=old, place="vlab-1"))
+        decision="kept", reason="", sweep_a=old, place="vlab-0"))
     swept: list[str] = []
 
     async def sweep(ctx: Any, build: str, label: str) -> str:
@@ -184,13 +187,81 @@ def test_a_sweep_stands_in_for_a_only_on_its_own_board(tmp_path: Path,
     monkeypatch.setattr(experiment, "_sweep", sweep)
 
     def on(place: str | None) -> str:
-        ctx = SimpleNamespace(profile=profile, place_name=place)
+        ctx = SimpleNamespace(profile=profile, place_name=place, fleet=None)
         return asyncio.run(experiment._a_sweep(ctx, store, "a" * 16, "A"))  # type: ignore[arg-type]
 
     assert on("vlab-1") == old and swept == []
     assert on("vlab-0") == "swp-0000000000b2" and swept == ["a" * 16]
     assert on(None) == "swp-0000000000b2"  # off a fleet, a fleet place's sweep is another board's too
 
+
+
+def test_a_survivor_goes_to_a_place_holding_a_sweep_of_a(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which other places a survivor screened on vlab-0 reproduces on first, to sweep there
+    (tools/experiment._holders_of_a): none when vlab-0 holds A's sweep itself; else the good
+    places holding one of A as built for them (a vlab fleet's build ids differ per place) or
+    sweeping it now (the real PlacePool's registry); never a bad place. The pool's places and
+    the build are stand-ins (no coordinator, no compiler): the registry and records are real."""
+    import asyncio
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from labwarden.core.experiments import Experiment
+    from labwarden.core.measurements import SweepPoint, SweepRecord
+    from labwarden.core.records import RecordStore
+    from labwarden.runtime.fleet import PlacePool
+    from labwarden.tools import experiment
+
+    profile = _profile(decision={"densities": [0], "sweep_reps": 2, "window_s": 3.0})
+    store = RecordStore(tmp_path)
+    point = SweepPoint(stations=0, profile_id="prof-0000000000d4", cpu_mean=1.0, cpu_stdev=0.0,
+                       cpu_per_rep=[1.0], idle_cpu_mean=None, counters={}, rss_kb=1, per_radio=[],
+                       clients_held=True)
+
+    def swept(place: str, build: str, n: int) -> None:
+        sid = f"swp-00000000{n:04d}"
+        store.save("swp", sid, SweepRecord(id=sid, started_at=datetime.now(UTC), window_s=3.0,
+                                           reps=2, build_id=build, points=[point],
+                                           cleanup_count=None, place=place))
+        eid = f"exp-00000000{n:04d}"
+        store.save("exp", eid, Experiment(id=eid, patch="p", ref="HEAD", build_a=build,
+                                          started_at=datetime.now(UTC), decision="kept",
+                                          reason="", sweep_a=sid, place=place))
+
+    async def build(prof: Any, patches: list[str], ref: str) -> str:
+        return str(prof.lab.name) * 16  # one id per place, as a vlab fleet's paths make them
+
+    monkeypatch.setattr(experiment, "_build", build)
+    places = ["vlab-0", "vlab-1", "vlab-2", "vlab-3"]
+    bad = {"vlab-3"}
+
+    async def good_places(exclude: Any = ()) -> list[str]:
+        return [p for p in places if p not in bad and p not in exclude]
+
+    pool = PlacePool.__new__(PlacePool)  # the registry only: no home session, no coordinator
+    pool._sweeping = {}
+    pool.good_places = good_places  # type: ignore[method-assign]
+    pool.profile_of = lambda place: _profile(  # type: ignore[method-assign]
+        lab={"name": place[-1]}, decision={"densities": [0], "sweep_reps": 2, "window_s": 3.0})
+    exp = Experiment(id="exp-000000000099", patch="p", ref="HEAD", build_a="0" * 16,
+                     started_at=datetime.now(UTC), decision="failed", reason="")
+    ctx = SimpleNamespace(profile=profile, place_name="vlab-0", fleet=pool)
+
+    def holders() -> list[str]:
+        return asyncio.run(experiment._holders_of_a(ctx, exp, store))  # type: ignore[arg-type]
+
+    assert holders() == []
+    swept("vlab-3", "3" * 16, 1)  # bad: never waited for
+    swept("vlab-2", "1" * 16, 2)  # vlab-1's build, on vlab-2: another board's A
+    assert holders() == []
+    with pool.sweeping("vlab-1", "1" * 16):
+        assert holders() == ["vlab-1"]
+    assert holders() == [] and pool._sweeping == {}
+    swept("vlab-2", "2" * 16, 3)
+    assert holders() == ["vlab-2"]
+    swept("vlab-0", "0" * 16, 4)  # this place holds one now: its survivor sweeps here
+    assert holders() == []
 
 
 def test_the_agents_own_sweep_stands_in_for_a_only_when_taken_as_an_experiment_would(
@@ -232,7 +303,7 @@ def test_the_agents_own_sweep_stands_in_for_a_only_when_taken_as_an_experiment_w
         store.save("swp", "swp-0000000000a1", SweepRecord(
             id="swp-0000000000a1", started_at=datetime.now(UTC), points=[point], cleanup_count=None,
             **fields))  # type: ignore[arg-type]
-        ctx = SimpleNamespace(profile=profile, place_name=None)
+        ctx = SimpleNamespace(profile=profile, place_name=None, fleet=None)
         return asyncio.run(experiment._a_sweep(ctx, store, "a" * 16, "A"))  # type: ignore[arg-type]
 
     assert a_sweep() == "swp-0000000000a1" and swept == []

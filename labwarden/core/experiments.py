@@ -156,6 +156,8 @@ class Reproduction(BaseModel):
     screening: Screening | None = Field(None, description="the second screening (None: it "
                                         "could not run -- `error` says why)")
     reproduced: bool = False
+    survivor_here: bool = Field(False, description="the survivor's full sweeps, compare and gates "
+                                "ran on this place: it held a sweep of A, the first place did not")
     error: str | None = None
 
     def describe(self) -> str:
@@ -164,7 +166,8 @@ class Reproduction(BaseModel):
                                           else f" without a power cycle ({cycle.how})")
         if self.screening is None or not self.screening.looks:
             return f"no second screening on {self.place}{after}: {self.error or 'not run'}"
-        return f"on {self.place}{after}: {self.screening.final.describe()}"
+        swept = ", full sweeps and gates there" if self.survivor_here else ""
+        return f"on {self.place}{after}: {self.screening.final.describe()}{swept}"
 
 
 class Experiment(BaseModel):

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +97,27 @@ class PlacePool:
         self.health = HealthStore(home.data_dir)
         self.lease_timeout_s = lease_timeout_s
         self._closers: dict[int, Callable[[], Awaitable[None]]] = {}
+        self._sweeping: dict[tuple[str, str], int] = {}
+
+    @contextlib.contextmanager
+    def sweeping(self, place: str, build: str) -> Iterator[None]:
+        """Mark a full sweep of `build` on `place` as under way (a survivor's sweep of A: another
+        survivor of the same base waits for that place rather than sweeping A on its own)."""
+        key = (place, build)
+        self._sweeping[key] = self._sweeping.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            self._sweeping[key] -= 1
+            if not self._sweeping[key]:
+                del self._sweeping[key]
+
+    def is_sweeping(self, place: str, build: str | None = None) -> bool:
+        """Whether a full sweep of `build` (None: of any build) is under way on `place`."""
+        return any(p == place and build in (None, b) for p, b in self._sweeping)
+
+    def profile_of(self, place: str) -> LabProfile:
+        return place_profile(self.home.profile, place)
 
     async def hand_back(self, ctx: LabContext) -> None:
         """End a place session early and release its place (a call that moves on to another

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +54,8 @@ async def no_progress(done: float, total: float | None, message: str) -> None:
 class PlaceSessions(Protocol):
     """What a tool may ask of the fleet's place pool (runtime/fleet.PlacePool, a layer above):
     which places are good, a session on another place, its own place handed back, a place
-    probed or marked (an experiment's reproduction, a bisection split over places)."""
+    probed or marked (an experiment's reproduction, a bisection split over places), the profile
+    a place's calls run with, and which full sweeps are under way where."""
 
     health: HealthStore
 
@@ -69,6 +70,12 @@ class PlaceSessions(Protocol):
     async def probe(self, ctx: LabContext) -> str | None: ...
 
     def mark(self, place: str, state: HealthState, reason: str | None) -> None: ...
+
+    def profile_of(self, place: str) -> LabProfile: ...
+
+    def sweeping(self, place: str, build: str) -> AbstractContextManager[None]: ...
+
+    def is_sweeping(self, place: str, build: str | None = None) -> bool: ...
 
 
 class Door(Protocol):

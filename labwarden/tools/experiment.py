@@ -17,7 +17,9 @@ measured; "refuted" when the rule decided "same".
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime
 
 from pydantic import Field
@@ -38,6 +40,7 @@ from labwarden.core.experiments import (
 from labwarden.core.measurements import SweepRecord
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab.config import LabProfile
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
 from labwarden.lab.host.builds import compiled, load_manifest, recipe
@@ -79,8 +82,8 @@ def _cost(ctx: LabContext, since_tool: str) -> Cost:
     return cost
 
 
-async def _build(ctx: LabContext, patches: list[str], ref: str) -> str:
-    manifest, _ = await compiled(recipe(ctx.profile), patches, ref)
+async def _build(profile: LabProfile, patches: list[str], ref: str) -> str:
+    manifest, _ = await compiled(recipe(profile), patches, ref)
     return manifest.build_id
 
 
@@ -100,41 +103,51 @@ def _label(patches: list[str], ref: str) -> str:
     return text[:64]
 
 
-async def _a_sweep(ctx: LabContext, store: RecordStore, build: str, label: str) -> str:
-    """A's full sweep: an earlier one of the same build and settings on the same board -- a kept
+def _known_a_sweep(profile: LabProfile, store: RecordStore, build: str, place: str | None) -> str | None:
+    """An earlier full sweep of `build` on `place` taken with the rule's settings: a kept
     candidate's sweep (the next base's), or one the agent took itself with the experiment's
-    settings (lab_status `workload.sweep`, perf and idle baseline on: a flash saved) -- else a
-    new one. On a fleet a sweep from another place never stands in for A: A and B are compared
-    on one board."""
-    dec = ctx.profile.decision
-    points = load_drivers.points(ctx.profile)
+    settings (lab_status `workload.sweep`, perf and idle baseline on: a flash saved). On a fleet a
+    sweep from another place never stands in for A: A and B are compared on one board."""
+    dec = profile.decision
+    points = load_drivers.points(profile)
 
-    def same_settings(rec: SweepRecord) -> bool:
-        return ([p.stations for p in rec.points] == points and rec.reps == dec.sweep_reps
+    def usable(rec: SweepRecord) -> bool:
+        return (rec.build_id == build and rec.place == place
+                and [p.stations for p in rec.points] == points and rec.reps == dec.sweep_reps
                 and rec.window_s == dec.window_s)
 
     for eid in reversed(store.ids("exp")):
         exp = store.load("exp", eid, Experiment)
-        if exp.place != ctx.place_name:
-            continue
         for sid, bid in ((exp.sweep_b, exp.build_b), (exp.sweep_a, exp.build_a)):
             if sid and bid == build:
                 try:
                     rec = store.load("swp", sid, SweepRecord)
                 except RecordNotFound:
                     continue
-                if same_settings(rec):
-                    return sid
+                if usable(rec):  # its own place, not the experiment's: a fleet's survivor may
+                    return sid  # sweep on the place it reproduced on (_reproduce)
     for sid in reversed(store.ids("swp")):  # the agent's own (records older than the fields
         # that say how it was taken -- place, settle, perf -- never match)
         try:
             rec = store.load("swp", sid, SweepRecord)
         except RecordNotFound:
             continue
-        if (rec.build_id == build and rec.place == ctx.place_name and rec.perf
-                and rec.idle_baseline and rec.settle_s == dec.settle_s and same_settings(rec)):
+        if usable(rec) and rec.perf and rec.idle_baseline and rec.settle_s == dec.settle_s:
             return sid
-    return await _sweep(ctx, build, label)
+    return None
+
+
+async def _a_sweep(ctx: LabContext, store: RecordStore, build: str, label: str) -> str:
+    """A's full sweep: an earlier one on this board (_known_a_sweep), else a new one -- which
+    a fleet's pool knows of while it runs, so a survivor on another place can wait for this one
+    instead of sweeping A again (_holders_of_a)."""
+    known = _known_a_sweep(ctx.profile, store, build, ctx.place_name)
+    if known is not None:
+        return known
+    if ctx.fleet is None or ctx.place_name is None:
+        return await _sweep(ctx, build, label)
+    with ctx.fleet.sweeping(ctx.place_name, build):
+        return await _sweep(ctx, build, label)
 
 
 async def _sweep(ctx: LabContext, build: str, label: str) -> str:
@@ -146,12 +159,15 @@ async def _sweep(ctx: LabContext, build: str, label: str) -> str:
     return out.sweep_id
 
 
-async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels: tuple[str, str]) -> None:
-    """Full sweeps, compare, gates and the differential flame graph of an improved candidate."""
-    assert exp.build_a and exp.build_b
+async def _survivor(ctx: LabContext, exp: Experiment, store: RecordStore, labels: tuple[str, str],
+                    builds: tuple[str, str] | None = None) -> None:
+    """Full sweeps, compare, gates and the differential flame graph of an improved candidate.
+    `builds`: A and B as built for this place when it is not the one screened first."""
+    build_a, build_b = builds or (exp.build_a, exp.build_b)
+    assert build_a and build_b
     await ctx.report(3, 5, "survivor: full sweeps of A and B")
-    exp.sweep_a = await _a_sweep(ctx, store, exp.build_a, labels[0])
-    exp.sweep_b = await _sweep(ctx, exp.build_b, labels[1])
+    exp.sweep_a = await _a_sweep(ctx, store, build_a, labels[0])
+    exp.sweep_b = await _sweep(ctx, build_b, labels[1])
     cmp = await ctx.call("compare", {"baseline": exp.sweep_a, "candidate": exp.sweep_b},
                          CompareOutput)
     exp.deltas = [DensityDelta(stations=d.stations, a_mean=d.baseline_mean, b_mean=d.candidate_mean,
@@ -236,8 +252,8 @@ async def _screen_again(on: LabContext, exp: Experiment, *, same_place: bool) ->
     rep = Reproduction(place=on.place_name, same_place=same_place)
     try:
         # built for this place (a vlab fleet's DUT paths differ: the same ids on a real fleet)
-        rep.build_a = await _build(on, exp.base_patches, exp.ref)
-        rep.build_b = await _build(on, [*exp.base_patches, exp.patch], exp.ref)
+        rep.build_a = await _build(on.profile, exp.base_patches, exp.ref)
+        rep.build_b = await _build(on.profile, [*exp.base_patches, exp.patch], exp.ref)
         ab = abtest.AB(on, rep.build_a, rep.build_b, stations=exp.screening.stations, rule=dec,
                        window_s=dec.window_s, interleave=dec.interleave, with_parity=False)
         try:
@@ -269,6 +285,9 @@ async def _again_after_power_cycle(ctx: LabContext, exp: Experiment) -> Reproduc
     return rep
 
 
+Survive = Callable[[LabContext, Reproduction], Awaitable[None]]
+"""What runs on the reproducing place once the candidate reproduced there (_reproduce)."""
+
 REPRODUCE_PRIO = 1.0
 """A reproduction's reservation is served before new experiments' (labgrid orders waiting
 reservations by priority, then age): a keep is confirmed as soon as another place frees, not
@@ -276,40 +295,88 @@ after every experiment queued before it -- which also left its first place idle 
 a night while the last keep waited (bench/fleet_throughput.py: 89 s of a 387 s run)."""
 
 
-async def _reproduce(ctx: LabContext, exp: Experiment, where: str) -> None:
+async def _holders_of_a(ctx: LabContext, exp: Experiment, store: RecordStore) -> list[str]:
+    """The other good places that hold a full sweep of A (built for that place) or are taking
+    one now: empty when this place holds one itself (its survivor sweeps here)."""
+    pool = ctx.fleet
+    assert pool is not None and exp.build_a is not None
+    if _known_a_sweep(ctx.profile, store, exp.build_a, ctx.place_name) is not None:
+        return []
+    swept = set()  # places with any full sweep on record: only those are worth a build
+    for sid in store.ids("swp"):
+        with contextlib.suppress(RecordNotFound):
+            swept.add(store.load("swp", sid, SweepRecord).place)
+    holders = []
+    for place in await pool.good_places({ctx.place_name} if ctx.place_name else set()):
+        if place not in swept and not pool.is_sweeping(place):
+            continue
+        on = pool.profile_of(place)
+        build = await _build(on, exp.base_patches, exp.ref)  # a vlab fleet's differ per place
+        if pool.is_sweeping(place, build) or _known_a_sweep(on, store, build, place) is not None:
+            holders.append(place)
+    return holders
+
+
+async def _reproduce(ctx: LabContext, exp: Experiment, where: str, *,
+                     holders: Collection[str] = (), then: Survive | None = None) -> None:
     """Reproduce before keep (fleet): a candidate decided "improved" is screened again on
     another good place -- its own place handed back first, so two experiments waiting for each
     other's place cannot deadlock -- or, with no other good place, on its own place again after
     a power cycle (every arm re-flashed). A second place whose DUT dies is marked bad and
     another is tried; a candidate that does not reproduce is dropped with both screenings in
-    the record."""
+    the record.
+
+    `holders`: places holding a sweep of A this place lacks -- the second screening waits for
+    one of them (while one stays good) and `then` runs there once it reproduced: the survivor's
+    sweeps, so A is not swept again on a place of its own (a fleet's one extra cost over one
+    place: bench/fleet_throughput.py)."""
     pool = ctx.fleet
     assert pool is not None and exp.screening is not None
     here = ctx.place_name
     tried = {here} if here else set()
     first = exp.screening.final
+    gates = list(exp.gates)
     while True:
-        if not await pool.good_places(tried):
+        good = await pool.good_places(tried)
+        if not good:
             if here not in pool.health.bad() and ctx.place is not None and ctx.place.held:
                 rep = await _again_after_power_cycle(ctx, exp)
+                if rep.reproduced and then is not None:
+                    await then(ctx, rep)
             else:
                 rep = Reproduction(place=None, error="no good place left to screen it again on")
             break
+        wanted = [p for p in good if p in holders]
+        exclude = tried | (set(good) - set(wanted)) if wanted else tried
         # its place goes to the next experiment while it reproduces elsewhere: its sweeps are
         # on record first (as not finished), to stand in for A on that place (_a_sweep)
         RecordStore(ctx.data_dir).save("exp", exp.id, exp.model_copy(update={
             "decision": "failed", "reason": "not finished: reproducing on another place"}))
         await pool.hand_back(ctx)
-        async with pool.session(exclude=tried, prio=REPRODUCE_PRIO) as other:
+        failed: LabError | None = None
+        async with pool.session(exclude=exclude, prio=REPRODUCE_PRIO) as other:
             rep = await _screen_again(other, exp, same_place=False)
-            dead = await pool.probe(other) if rep.error is not None else None
+            if rep.reproduced and then is not None:
+                try:
+                    await then(other, rep)
+                    rep.survivor_here = True
+                except LabError as exc:
+                    failed = exc
+            dead = await pool.probe(other) if rep.error is not None or failed else None
         if dead is None:
+            if failed is not None:  # its DUT is fine: the survivor failed as it would have here
+                exp.reproduction = rep
+                raise failed
             break
         assert other.place_name is not None
-        pool.mark(other.place_name, "bad", f"{dead} (while reproducing {exp.id}: {rep.error})")
+        why = rep.error or (f"survivor: {failed.problem}" if failed else "")
+        pool.mark(other.place_name, "bad", f"{dead} (while reproducing {exp.id}: {why})")
         tried.add(other.place_name)
+        exp.gates, exp.sweep_a, exp.sweep_b = list(gates), None, None  # nothing kept from it
     exp.reproduction = rep
     if rep.reproduced:
+        if then is not None:  # decided only now, on the full sweeps taken there
+            exp.decision, exp.reason = _decide(exp, where)
         exp.reason += f"; reproduced {rep.describe()}"
         return
     exp.decision = "dropped"
@@ -349,18 +416,29 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
                                load_drivers.points(ctx.profile)[-1])
     try:
         await ctx.report(0, 5, f"building A ({labels[0]}) and B ({labels[1]})")
-        exp.build_a = await _build(ctx, base, ref)
-        exp.build_b = await _build(ctx, [*base, inp.patch], ref)
+        exp.build_a = await _build(ctx.profile, base, ref)
+        exp.build_b = await _build(ctx.profile, [*base, inp.patch], ref)
         _same_protected(ctx, exp)
         await ctx.report(1, 5, f"screening at {where} (A {exp.build_a}, B {exp.build_b})")
         await _screen(ctx, exp)
         assert exp.screening is not None
         load_ok = not any(g.failed for g in exp.gates if g.name == "offered_load_parity")
+        holders: list[str] = []
         if exp.screening.final.verdict == "improved" and load_ok:
-            await _survivor(ctx, exp, store, labels)
-        exp.decision, exp.reason = _decide(exp, where)
-        if exp.decision == "kept" and ctx.fleet is not None:
-            await _reproduce(ctx, exp, where)
+            if ctx.fleet is not None:
+                holders = await _holders_of_a(ctx, exp, store)
+            if not holders:
+                await _survivor(ctx, exp, store, labels)
+        if holders:  # reproduced first, where A's sweep is, and its survivor swept there
+            async def survive(on: LabContext, rep: Reproduction) -> None:
+                assert rep.build_a and rep.build_b
+                await _survivor(on, exp, store, labels, (rep.build_a, rep.build_b))
+
+            await _reproduce(ctx, exp, where, holders=holders, then=survive)
+        else:
+            exp.decision, exp.reason = _decide(exp, where)
+            if exp.decision == "kept" and ctx.fleet is not None:
+                await _reproduce(ctx, exp, where)
     except ProtectedArtifact as exc:  # before any flash: nothing to judge
         exp.decision, exp.reason = "dropped", exc.problem
     except abtest.ParityMismatch as exc:  # before B's windows: nothing else to judge
