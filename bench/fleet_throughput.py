@@ -51,8 +51,9 @@ from tests.messages_standin import MessagesStandIn, ToolUse, Turn, nth_result  #
 def fleet_script(rounds: int = 1) -> list[Turn]:
     """A fleet's loop: every patch submitted in one turn, then every candidate's experiment in
     the next as parallel tool calls -- the places take them as they come free. With `rounds`
-    > 1 every candidate is judged that many times (a longer night: a place's one sweep of A is
-    paid once however many candidates follow)."""
+    > 1 every candidate is judged that many times (a longer night: the end of the queue, when
+    one place has nothing left while the other runs the last candidate, is paid once however
+    many candidates come before it)."""
     submits = [(name, what) for name, what in CANDIDATES if not isinstance(what, str)]
     turns = [Turn(tools=[ToolUse("patch_submit", {"name": name, **what}) for name, what in submits])]
     uses: list[ToolUse] = []
@@ -214,8 +215,9 @@ def main_fleet(places: int, rounds: int = 1) -> None:
                   f"{sum(places_busy.values()):.0f} ({sum(places_busy.values()) / (wall * n):.0%})")
     console.print(s)
     # the ratio is N x (one place's place-seconds / the fleet's) x (the fleet's busy share / one
-    # place's): N places lose the work a fleet adds (each place's own sweep of A, windows that
-    # vary by chance) and the time a place sits idle (at the end of the queue, when the other
+    # place's): N places lose the work a fleet adds (screening windows that vary by chance, or
+    # are noisier with every CPU of this host holding a DUT; a sweep of A where a survivor found
+    # none to wait for) and the time a place sits idle (at the end of the queue, when the other
     # runs the last candidate or a keep's reproduction)
     work = {n: sum(pb.values()) for n, _, _, _, _, pb in rows}
     console.print(f"place-seconds of work: {work[places]:.0f} on {places} places, {work[1]:.0f} on one "

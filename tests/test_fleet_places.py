@@ -268,14 +268,15 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def _in_dut(lease: Any) -> list[str]:
-    """$VLAB_ROOT and the CPUs an SSH session's shell may run on, on the lease's DUT."""
+    """$VLAB_ROOT, the CPUs an SSH session's shell may run on and its nice, on the lease's DUT."""
     import asyncssh
 
     ep = lease.endpoint()
     known = asyncssh.import_known_hosts(f"[{ep.host}]:{ep.port} {ep.host_key}\n")
     async with asyncssh.connect(ep.host, ep.port, username=ep.user, client_keys=[ep.key],
                                 known_hosts=known) as conn:
-        res = await conn.run("echo $VLAB_ROOT; grep Cpus_allowed_list /proc/self/status", check=True)
+        res = await conn.run("echo $VLAB_ROOT; grep Cpus_allowed_list /proc/self/status; "
+                             "cut -d' ' -f19 /proc/self/stat", check=True)
     return str(res.stdout).split()
 
 
@@ -318,7 +319,8 @@ def test_vlab_up_places_2_then_down(tmp_path: Path) -> None:
 
         seen = asyncio.run(lease_both())
         cpus = cpupin.host_cpus()
-        assert seen == {f"vlab-{i}": [record["places"][f"vlab-{i}"], "Cpus_allowed_list:", str(cpus[i])]
+        assert seen == {f"vlab-{i}": [record["places"][f"vlab-{i}"], "Cpus_allowed_list:", str(cpus[i]),
+                                      str(cpupin.DUT_NICE)]  # the shell's nice: the DUT's
                         for i in range(2)}
         # each place's calls run with the fleet's rule and the place's own DUT side, the
         # functional parity check too (it names the place's socket: on another's, A and B

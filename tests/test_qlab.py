@@ -277,6 +277,39 @@ async def test_the_power_driver_cycles_a_labgrid_dut_and_verifies_it_again(qlab:
     assert after != before and control.status(qlab.root).boot_id == after
 
 
+@pytest.mark.long  # one more reboot of the module's guest; run with --long
+@pytest.mark.anyio
+async def test_the_power_driver_reboots_a_sysupgrade_dut_and_verifies_it_again(qlab: Qlab) -> None:
+    """For `[flash] kind = "sysupgrade"` (a DUT that flashes itself: an OpenWrt router, or a
+    qlab place of a fleet) a power cycle is the DUT's own `reboot`: back when its boot id
+    changed and the target is a new instance, then the build that ran is fingerprint-verified
+    again. The qlab's guest reboots for real: its kernel starts again inside the same QEMU
+    (nothing on the host powers it), which qlabd's state does not see."""
+    text = qlab.layout.lab_toml.read_text()
+    flash = re.search(r"^\[flash\]\n(?:(?!\[).*\n)*", text, re.M)  # to the next section
+    assert flash, text
+    lab = qlab.layout.lab_toml.with_name("lab-sysupgrade.toml")
+    lab.write_text(text.replace(flash.group(0), '[flash]\nkind = "sysupgrade"\ncommand = ["sysupgrade"]\n'
+                                                'timeout_s = 300\n\n'))
+    prof = LabProfile.from_file(lab)
+    assert prof.flash.kind == "sysupgrade"
+    manifest = (await asyncio.to_thread(qlab.sh, "cat /usr/lib/lwfw/manifest")).stdout
+    found = re.search(r"^build_id=(\w+)", manifest, re.M)
+    assert found, manifest
+    running = found.group(1)
+    before = await asyncio.to_thread(control.boot_id, qlab.endpoint)
+    qemu = procs.qemu_pids(qlab.layout)
+    async with open_lab(prof) as ctx:
+        rec = await call_tool(ctx, "fingerprint_verify", {"build_id": running})
+        assert rec.ok and rec.result and rec.result["verified"], rec
+        cycle = await power_cycle(ctx)
+        assert ctx.peek_state().verified_build == running
+    after = await asyncio.to_thread(control.boot_id, qlab.endpoint)
+    assert cycle.done and cycle.verified == running, cycle
+    assert cycle.how.startswith("the DUT's own `reboot` (a new boot)"), cycle.how
+    assert after != before and procs.qemu_pids(qlab.layout) == qemu
+
+
 @pytest.mark.anyio
 async def test_flame_graph_has_kernel_frames_under_the_daemons_netlink_calls(qlab: Qlab) -> None:
     """perf in the guest, kernel stacks from the guest's kallsyms, symfs from the image's own

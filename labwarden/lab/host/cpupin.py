@@ -21,6 +21,9 @@ from pathlib import Path
 from labwarden.core.errors import LabError
 
 CPUSET = Path("/sys/fs/cgroup/cpuset")
+DUT_NICE = -10
+"""A pinned DUT's scheduling priority: a host process on its CPU (nice 0) gets about a tenth of
+it while the DUT's processes want it (CFS weights 9548 against 1024)."""
 
 
 class PinError(LabError):
@@ -59,7 +62,9 @@ class Pin:
 
     def preexec(self) -> Callable[[], None]:
         """For Popen(preexec_fn=...): the child enters the pin before it execs, so everything it
-        forks is pinned from its first instruction."""
+        forks is pinned from its first instruction -- and runs at DUT_NICE: every CPU of the host
+        holds a DUT then, so the host's own work (another place's builds, flashes, symbolization)
+        runs on a DUT's CPU and must yield to it rather than land in its windows."""
         cgroup, cpu = self.cgroup, self.cpu
 
         def enter() -> None:
@@ -67,6 +72,8 @@ class Pin:
                 (cgroup / "tasks").write_text(f"{os.getpid()}\n")
             else:
                 os.sched_setaffinity(0, {cpu})
+            with contextlib.suppress(OSError):  # not root: the host's work competes as equal
+                os.setpriority(os.PRIO_PROCESS, 0, DUT_NICE)
         return enter
 
     def tasks(self) -> list[int]:
