@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from labwarden.cli.app import app
 from labwarden.core.devtext import unmark
+from labwarden.core.experiments import PowerCycle
 from labwarden.lab.config import LabProfile
 from labwarden.lab.labgrid import LabgridConfig, resolve_endpoint
 from labwarden.lab.labgrid import transition as labgrid_transition
@@ -254,13 +255,10 @@ async def test_power_cycle_through_the_strategy_and_a_refused_image(qlab: Qlab, 
     bad.unlink()
 
 
-@pytest.mark.long  # one more reboot of the module's guest; run with --long
-@pytest.mark.anyio
-async def test_the_power_driver_cycles_a_labgrid_dut_and_verifies_it_again(qlab: Qlab) -> None:
-    """What a one-place fleet's reproduction runs first (tools/powercycle.py): for `[flash] kind =
-    "labgrid"` the Strategy from a fresh target with no image -- a new boot -- then the build
-    that ran is fingerprint-verified again."""
-    prof = LabProfile.from_file(qlab.layout.lab_toml)
+async def _power_cycled(qlab: Qlab, prof: LabProfile) -> tuple[PowerCycle, str, str]:
+    """The running build verified, the power driver of `prof`'s `[flash] kind` run (what a
+    one-place fleet's reproduction runs first, tools/powercycle.py), the build verified again:
+    (the cycle, the guest's boot id before, after)."""
     manifest = (await asyncio.to_thread(qlab.sh, "cat /usr/lib/lwfw/manifest")).stdout
     found = re.search(r"^build_id=(\w+)", manifest, re.M)
     assert found, manifest
@@ -271,8 +269,16 @@ async def test_the_power_driver_cycles_a_labgrid_dut_and_verifies_it_again(qlab:
         assert rec.ok and rec.result and rec.result["verified"], rec
         cycle = await power_cycle(ctx)
         assert ctx.peek_state().verified_build == running
-    after = await asyncio.to_thread(control.boot_id, qlab.endpoint)
     assert cycle.done and cycle.verified == running, cycle
+    return cycle, before, await asyncio.to_thread(control.boot_id, qlab.endpoint)
+
+
+@pytest.mark.long  # one more reboot of the module's guest; run with --long
+@pytest.mark.anyio
+async def test_the_power_driver_cycles_a_labgrid_dut_and_verifies_it_again(qlab: Qlab) -> None:
+    """For `[flash] kind = "labgrid"` the Strategy from a fresh target with no image -- a new
+    boot -- then the build that ran is fingerprint-verified again."""
+    cycle, before, after = await _power_cycled(qlab, LabProfile.from_file(qlab.layout.lab_toml))
     assert cycle.how.endswith("Strategy -> shell, no image"), cycle.how
     assert after != before and control.status(qlab.root).boot_id == after
 
@@ -293,19 +299,8 @@ async def test_the_power_driver_reboots_a_sysupgrade_dut_and_verifies_it_again(q
                                                 'timeout_s = 300\n\n'))
     prof = LabProfile.from_file(lab)
     assert prof.flash.kind == "sysupgrade"
-    manifest = (await asyncio.to_thread(qlab.sh, "cat /usr/lib/lwfw/manifest")).stdout
-    found = re.search(r"^build_id=(\w+)", manifest, re.M)
-    assert found, manifest
-    running = found.group(1)
-    before = await asyncio.to_thread(control.boot_id, qlab.endpoint)
     qemu = procs.qemu_pids(qlab.layout)
-    async with open_lab(prof) as ctx:
-        rec = await call_tool(ctx, "fingerprint_verify", {"build_id": running})
-        assert rec.ok and rec.result and rec.result["verified"], rec
-        cycle = await power_cycle(ctx)
-        assert ctx.peek_state().verified_build == running
-    after = await asyncio.to_thread(control.boot_id, qlab.endpoint)
-    assert cycle.done and cycle.verified == running, cycle
+    cycle, before, after = await _power_cycled(qlab, prof)
     assert cycle.how.startswith("the DUT's own `reboot` (a new boot)"), cycle.how
     assert after != before and procs.qemu_pids(qlab.layout) == qemu
 
