@@ -142,7 +142,7 @@ def place_busy_s(store: TranscriptStore, sid: str) -> dict[str, float]:
 def set_aside_sweeps_of_a(profile: LabProfile, n: int) -> None:
     """Move the experiment and sweep records of the loop that just ran out of the record store
     (to records/exp-run-N, swp-run-N), so the next loop finds no sweep of A to reuse: each loop
-    pays its own places' sweeps of A, as a night does. tools/experiment._a_sweep reads both: an
+    pays its own places' sweeps of A, as a night does. tools/experiment._known_a_sweep reads both: an
     experiment's sweeps, then any sweep of the build on the place taken with the experiment's
     settings -- which is how, with only the experiments moved, the one-place loop took the
     fleet's sweep of A on vlab-0 and skipped its own (47 s of 497 place-s, in the first run

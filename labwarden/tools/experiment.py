@@ -349,7 +349,7 @@ async def _reproduce(ctx: LabContext, exp: Experiment, where: str, *,
         wanted = [p for p in good if p in holders]
         exclude = tried | (set(good) - set(wanted)) if wanted else tried
         # its place goes to the next experiment while it reproduces elsewhere: its sweeps are
-        # on record first (as not finished), to stand in for A on that place (_a_sweep)
+        # on record first (as not finished), to stand in for A on that place (_known_a_sweep)
         RecordStore(ctx.data_dir).save("exp", exp.id, exp.model_copy(update={
             "decision": "failed", "reason": "not finished: reproducing on another place"}))
         await pool.hand_back(ctx)
