@@ -377,6 +377,20 @@ def test_until_is_local_time_today_or_tomorrow() -> None:
         parse_until("soon", now)
 
 
+def test_a_fleet_kickoff_asks_for_a_queue_longer_than_the_places() -> None:
+    """On a fleet the kickoff names the places and asks for QUEUE_PER_PLACE experiments per
+    place in a turn (a turn ends with its last experiment: one per place leaves the others idle
+    while the longest finishes); one lab's kickoff says nothing of places."""
+    limits = Limits(budget_usd=1.0)
+    text = overnight.kickoff("g", limits, ["vlab-0", "vlab-1"])
+    assert "fleet of 2 places (vlab-0, vlab-1)" in text
+    assert f"about {overnight.QUEUE_PER_PLACE} per place" in text
+    assert f"(here {2 * overnight.QUEUE_PER_PLACE})" in text
+    assert overnight.QUEUE_PER_PLACE > 1
+    alone = overnight.kickoff("g", limits)
+    assert "place" not in alone and "Goal: g" in alone
+
+
 def _library_loop(lab: Path, api: MessagesStandIn, goal: str, out: Path, *,
                   until: datetime | None = None) -> overnight.LoopResult:
     """The loop's library door with fast backoff (the CLI's is 1 s doubling to 60 s)."""

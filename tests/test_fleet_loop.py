@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -270,6 +271,59 @@ def test_a_survivor_sweeps_where_a_is_swept_already(fleet: vlab_fleet.FleetInfo)
     assert all(c.place == holder for c in sweeps), [(c.place, c.parent_id) for c in sweeps]
     assert f"again on {holder}" in html
     assert ("(full sweeps there)" in html) == rep.reproduced
+
+
+def test_a_turn_comes_back_when_a_place_idles_and_its_late_result_follows(
+        fleet: vlab_fleet.FleetInfo, tmp_path: Path) -> None:
+    """`lab_status` and an experiment asked for in one turn: once the status has come back and
+    its place idles, the turn comes back with the experiment still running (its tool_result
+    says so), the model's next call runs on the idle place while the experiment still runs,
+    and the experiment's result follows as text, once -- with the next turn's results, or,
+    when the model ended its turn first, in a message of its own before the model answers
+    again. The model is the stand-in (scripted turns); the fleet, coordinator, DUTs and
+    transcript are real."""
+    from labwarden.agent.loop import LATE, PENDING
+    from labwarden.core.events import ModelCall
+
+    lab = quick_profile(fleet)
+    turns = [Turn(tools=[ToolUse("patch_submit", {"name": "comment-4", "diff": change(
+                 "wld.c", "/* ---- driver pull ---- */", "/* ---- driver pull. ---- */")})]),
+             Turn(tools=[ToolUse("lab_status", {}),
+                         ToolUse("experiment", nth_result(0, "patch_id", "patch"))]),
+             Turn(tools=[ToolUse("lab_status", {})]),
+             Turn(text="DONE: judged."),
+             Turn(text="DONE: judged, the late one too.")]
+
+    async def go() -> tuple[overnight.LoopResult, list[dict[str, Any]]]:
+        with MessagesStandIn(turns) as api:
+            model = Model(ModelOptions(base_url=api.url, api_key="sk-standin"))
+            res = await overnight.run_loop(LabProfile.from_file(lab), model, goal="fleet release",
+                                           limits=Limits(budget_usd=20.0, max_turns=7),
+                                           out_dir=tmp_path / "out", resume=None)
+            return res, api.requests
+
+    res, requests = asyncio.run(go())
+    assert res.outcome.stop == "done", res.outcome
+    newest = [body["messages"][-1]["content"] for body in requests]
+    uses = [b for b in requests[2]["messages"][-2]["content"] if b["type"] == "tool_use"]
+    exp_id = uses[1]["id"]
+    results = [b for b in newest[2] if b["type"] == "tool_result"]
+    assert [r["tool_use_id"] for r in results] == [uses[0]["id"], exp_id]
+    assert not results[0].get("is_error"), results[0]
+    assert results[1]["content"][0]["text"] == PENDING, "the turn waited for its longest call"
+    late = [b["text"] for content in newest[3:] if isinstance(content, list) for b in content
+            if b.get("type") == "text" and b["text"].startswith(LATE.format(name="experiment", id=exp_id))]
+    assert len(late) == 1 and '"experiment_id"' in late[0], late
+    with TranscriptStore(LabProfile.from_file(lab).data_dir() / "transcripts.db") as store:
+        report = audit(store, res.session_id)
+        assert report.ok, report.problems
+        events = [e.event for e in store.events(res.session_id)]
+    top = [e for e in events if isinstance(e, ToolCalled) and e.parent_id is None]
+    exp = next(e for e in top if e.call.tool == "experiment")
+    second = sorted((e for e in top if e.call.tool == "lab_status"), key=lambda e: e.call.started_at)[1]
+    # the next turn's call ran on the other place while the experiment still ran
+    assert second.place != exp.place and second.call.started_at < exp.ts, (second, exp)
+    assert any(exp.call.started_at < e.ts < exp.ts for e in events if isinstance(e, ModelCall))
 
 
 def _kill_when_flashed(db: Path, sid: str, info: vlab_fleet.FleetInfo, killed: list[str],

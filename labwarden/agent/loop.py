@@ -9,6 +9,10 @@ it resumes.
 Stops: the model answers `DONE: ...` (loop), or ends its turn (chat: the user speaks next); the
 dollar budget (checked before every model call) or a guard refusal `budget_exceeded`; the
 deadline; the max-turns cap; the API staying unreachable after the retries.
+
+On a fleet a turn may come back while some of its calls still run (a place idles:
+Agent._on_places); their results follow as text in a later message, and no stop leaves one
+running.
 """
 
 from __future__ import annotations
@@ -38,6 +42,15 @@ Message = dict[str, Any]
 
 NUDGE = ("(labwarden) Continue working towards the goal. When you are finished, answer with a line "
          "starting `DONE:` and the summary.")
+PENDING = ("(labwarden) Still running on the fleet: this turn came back before it because a place "
+           "had nothing left to run. Its result comes in a later message, marked with this "
+           "tool_use id. Queue more work for the idle place, or end your turn to wait for it.")
+LATE = "(labwarden) A call from an earlier turn finished: {name} (tool_use {id}) -> "
+WAITED = ("(labwarden) You ended your turn while calls were still running; they have finished "
+          "(above). Go on, or answer with a line starting `DONE:` and the summary.")
+RELEASE_POLL_S = 1.0
+"""How often a turn whose calls all run checks for an idle place (twice in a row: a place
+between two of a reproduction's leases is not idle)."""
 RESUMED = ("(labwarden) This run was interrupted and resumed from its transcript: the lab may have "
            "changed since your last step (a call may have run without its result reaching you). "
            "Check `lab_status` before relying on earlier state.")
@@ -127,6 +140,8 @@ class Agent:
         self.system = system
         self.hooks = hooks or Hooks()
         self.messages: list[Message] = list(messages or [])
+        self.pending: dict[str, tuple[Any, asyncio.Task[ToolCallRecord]]] = {}
+        """A fleet's calls still running after their turn came back (tool_use id -> block, task)."""
         self._noted = 0
         """How many of `messages` are in the transcript already."""
 
@@ -174,17 +189,78 @@ class Agent:
         spec = registry.TOOLS.get(name)
         return self.places is not None and spec is not None and spec.effect != "host_only"
 
+    async def _on_places(self, blocks: list[Any]) -> list[ToolCallRecord | None]:
+        """Run a turn's DUT calls concurrently on the fleet; each one's record, or None for a
+        call still running when the turn came back early (then in `pending`).
+
+        The turn comes back early once one of them has finished, none waits for a place and a
+        good place is idle: else that place would sit idle until the turn's longest call ends
+        (about half a candidate's time per turn on two places: bench/fleet_throughput.py),
+        while the model could be queueing the next work for it."""
+        tasks = [asyncio.create_task(self._one(b, True)) for b in blocks]
+        try:
+            idle_seen = 0
+            while True:
+                done, running = await asyncio.wait(tasks, timeout=RELEASE_POLL_S)
+                if not running:
+                    break
+                idle_seen = idle_seen + 1 if done and await self._a_place_idles() else 0
+                if idle_seen >= 2:
+                    break
+        except BaseException:  # cancelled: so are its calls (run() cancels the pending ones)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        out: list[ToolCallRecord | None] = []
+        for block, task in zip(blocks, tasks, strict=True):
+            if task.done():
+                out.append(task.result())
+            else:
+                self.pending[block.id] = (block, task)
+                out.append(None)
+        return out
+
+    async def _a_place_idles(self) -> bool:
+        """No call waits for a place and a good place runs nothing of ours (the coordinator
+        unreachable for a moment: not known, so no)."""
+        assert self.places is not None
+        if self.places.queued:
+            return False
+        try:
+            return bool(await self.places.idle_places())
+        except Exception:  # a hint to come back early, never a failure of the turn
+            return False
+
+    def _late_results(self) -> list[dict[str, Any]]:
+        """Text blocks for the pending calls that have finished since (removed from `pending`)."""
+        blocks: list[dict[str, Any]] = []
+        for use_id, (block, task) in list(self.pending.items()):
+            if task.done():
+                del self.pending[use_id]
+                result = tool_result(use_id, task.result())
+                head = LATE.format(name=block.name, id=use_id) + ("(failed) " if result.get("is_error")
+                                                                   else "")
+                blocks += [{"type": "text", "text": head + c["text"] if i == 0 else c["text"]}
+                           for i, c in enumerate(result["content"])]
+        return blocks
+
+    async def _wait_pending(self) -> None:
+        await asyncio.wait([task for _, task in self.pending.values()])
+
     async def _run_tools(self, message: Any) -> tuple[list[dict[str, Any]], str | None]:
-        """Tool results for each tool_use, in order; and a budget refusal's reason, if any.
+        """Tool results for each tool_use, in order (then the late results of earlier turns'
+        calls that have finished); and a budget refusal's reason, if any.
 
         On a fleet, the turn's parallel tool calls are how the model asks for several
         experiments at once: consecutive calls that need a DUT run concurrently, each on a
         place of its own (more calls than places wait for the first free one); host-only calls
         run in order at home. Parallel tool use is the API's own way to ask for several things
         in one turn -- no job ids to poll (which would cost a model turn per poll), nothing to
-        resume but the turn, and each experiment stays one call with one result."""
+        resume but the turn, and each experiment stays one call with one result. A turn may
+        come back before its last calls end (_on_places): their results follow as text."""
         blocks = [b for b in message.content if b.type == "tool_use"]
-        records: list[ToolCallRecord] = []
+        records: list[ToolCallRecord | None] = []
         i = 0
         while i < len(blocks):
             if not self._on_place(blocks[i].name):
@@ -194,16 +270,40 @@ class Agent:
             j = i
             while j < len(blocks) and self._on_place(blocks[j].name):
                 j += 1
-            records += await asyncio.gather(*(self._one(b, True) for b in blocks[i:j]))
+            records += await self._on_places(blocks[i:j])
             i = j
         budget_stop = None
         for block, record in zip(blocks, records, strict=True):
-            if record.error is not None and record.error.code == "budget_exceeded":
+            if record is not None and record.error is not None and record.error.code == "budget_exceeded":
                 budget_stop = f"the guard refused {block.name}: {record.error.message}"
-        return [tool_result(b.id, r) for b, r in zip(blocks, records, strict=True)], budget_stop
+        results = [tool_result(b.id, r) if r is not None else
+                   {"type": "tool_result", "tool_use_id": b.id,
+                    "content": [{"type": "text", "text": PENDING}]}
+                   for b, r in zip(blocks, records, strict=True)]
+        return results + self._late_results(), budget_stop  # tool_results first (the API's order)
 
     async def run(self, limits: Limits, *, unattended: bool) -> Outcome:
-        """Call the model until a stop; the history must end with a user message."""
+        """Call the model until a stop; the history must end with a user message. Never returns
+        with a call still running: at a stop they finish first (their records are in the
+        transcript and the ledger); when the run is cancelled they are cancelled."""
+        try:
+            return await self._run(limits, unattended=unattended)
+        except BaseException:
+            for _, task in self.pending.values():
+                task.cancel()
+            await asyncio.gather(*(task for _, task in self.pending.values()), return_exceptions=True)
+            self.pending.clear()
+            raise
+        finally:
+            if self.pending:  # a stop (budget, deadline, ...) with calls still running
+                await self._wait_pending()
+                self.note("labwarden", {"finished after the stop": [
+                    {"tool_use_id": use_id, "tool": block.name,
+                     "ok": task.exception() is None and task.result().ok}
+                    for use_id, (block, task) in self.pending.items()]})
+                self.pending.clear()
+
+    async def _run(self, limits: Limits, *, unattended: bool) -> Outcome:
         turns = 0
         while True:
             stop = self._stop_before_call(limits, turns)
@@ -231,6 +331,12 @@ class Agent:
                 return Outcome("refused", "the model declined to continue", text, turns)
             if message.stop_reason == "pause_turn":
                 self.note_state()  # the API continues a paused turn when it is sent back as is
+                continue
+            if self.pending:  # the model ended its turn with calls still running: their results first
+                await self._wait_pending()
+                self.messages.append({"role": "user", "content": [*self._late_results(),
+                                                                  {"type": "text", "text": WAITED}]})
+                self.note_state()
                 continue
             if text.startswith("DONE:") or not unattended:
                 self.note_state()

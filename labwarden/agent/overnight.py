@@ -127,12 +127,24 @@ def unfinished(store: TranscriptStore, goal: str, lab: str | None, *, skip: str)
     return None
 
 
+QUEUE_PER_PLACE = 4
+"""Experiments the kickoff asks for per place in one turn on a fleet. A turn ends when its last
+experiment does, so the places that finish first idle until then: about half a candidate's time
+on one place per turn, however many it held (list scheduling of unequal jobs; 14-52 s in the
+8-candidate runs of bench/fleet_throughput.py, which queues 4 per place). One per place would
+pay that on every candidate or two; 4 pays it once per 4."""
+
+
 def kickoff(goal: str, limits: Limits, places: list[str] | None = None) -> str:
     budget = f"${limits.budget_usd:g}" if limits.budget_usd is not None else "the lab profile's"
     until = f"{limits.until:%Y-%m-%d %H:%M %Z}" if limits.until else "none"
     fleet = (f"The lab is a fleet of {len(places)} places ({', '.join(places)}): call `experiment` "
-             f"for up to {len(places)} candidates at once, as parallel tool calls in one turn -- each "
-             "runs on a place of its own, and a keep is reproduced on another place first.\n"
+             "for several candidates at once, as parallel tool calls in one turn -- each runs on "
+             "the first free place (A and B on one board), and a keep is reproduced on another "
+             f"place first. Queue about {QUEUE_PER_PLACE} per place in a turn (here "
+             f"{QUEUE_PER_PLACE * len(places)}): the turn's results come back together once the "
+             "last has finished, and a place that finishes early idles until then -- the longer "
+             "the queue, the smaller that share of the turn.\n"
              if places else "")
     return (f"Goal: {goal}\nBudget: {budget} for model calls. Deadline: {until}.\n{fleet}"
             "Start with `lab_status`, then work the loop. Nobody is watching: decide for yourself, "

@@ -98,6 +98,11 @@ class PlacePool:
         self.lease_timeout_s = lease_timeout_s
         self._closers: dict[int, Callable[[], Awaitable[None]]] = {}
         self._sweeping: dict[tuple[str, str], int] = {}
+        self._held: dict[str, int] = {}
+        self._holding: set[tuple[str, int]] = set()
+        """Places with a session open on them (a reproduction's place handed back is not)."""
+        self._queued = 0
+        """Calls waiting for their first place (`call`)."""
 
     @contextlib.contextmanager
     def sweeping(self, place: str, build: str) -> Iterator[None]:
@@ -128,10 +133,20 @@ class PlacePool:
             await close()
         if ctx.place is not None:
             await ctx.place.release()
+        self._let_go(ctx.place_name, id(ctx))
 
     async def good_places(self, exclude: Collection[str] = ()) -> list[str]:
         bad = self.health.bad()
         return [p for p in await self.fleet.places() if p not in bad and p not in exclude]
+
+    @property
+    def queued(self) -> int:
+        """Calls waiting for a place to start on."""
+        return self._queued
+
+    async def idle_places(self) -> list[str]:
+        """Good places this pool holds no session on (another client may hold them)."""
+        return [p for p in await self.good_places() if not self._held.get(p)]
 
     @contextlib.asynccontextmanager
     async def session(self, *, exclude: Collection[str] = (), prefer: str | None = None,
@@ -150,12 +165,29 @@ class PlacePool:
                 async with open_place(self.home, lease, self) as ctx:
                     why = await self.prove(ctx)
                     if why is None:
-                        yield ctx
+                        self._hold(lease.place, id(ctx))
+                        try:
+                            yield ctx
+                        finally:
+                            self._let_go(lease.place, id(ctx))
                         return
                     self.mark(lease.place, "bad", why)
             finally:
                 await lease.release()
             tried.add(lease.place)
+
+    def _hold(self, place: str, key: int) -> None:
+        self._holding.add((place, key))
+        self._held[place] = self._held.get(place, 0) + 1
+
+    def _let_go(self, place: str | None, key: int) -> None:
+        """Once per session: hand_back and the session's end may both let it go."""
+        if place is None or (place, key) not in self._holding:
+            return
+        self._holding.discard((place, key))
+        self._held[place] -= 1
+        if not self._held[place]:
+            del self._held[place]
 
     async def prove(self, ctx: LabContext) -> str | None:
         """A place whose board is unknown (a flash it did not come back from; a person cleared
@@ -218,12 +250,20 @@ class PlacePool:
                                    f"{', '.join(sorted(self.health.bad())) or 'none'})",
                                    "bring the places' DUTs back, then clear them in "
                                    f"{self.health.path}", kind="device")
-                async with self.session(exclude=tried) as ctx:
-                    place = ctx.place_name
-                    assert place is not None
-                    record = await call_tool(ctx, name, args)
-                    why = _failed(record)
-                    dead = await self.probe(ctx) if why is not None else None
+                self._queued += 1
+                started = False
+                try:
+                    async with self.session(exclude=tried) as ctx:
+                        self._queued -= 1
+                        started = True
+                        place = ctx.place_name
+                        assert place is not None
+                        record = await call_tool(ctx, name, args)
+                        why = _failed(record)
+                        dead = await self.probe(ctx) if why is not None else None
+                finally:
+                    if not started:
+                        self._queued -= 1
             except LabError as exc:  # no place for it: the call fails, the loop goes on
                 record = ToolCallRecord(tool=name, args=bounded_args(args), ok=False,
                                         error=ToolFailure.of(exc))
