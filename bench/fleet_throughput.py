@@ -5,14 +5,16 @@ once) submitting patches and calling `experiment` on each, with the vlab profile
 pre-registered [decision] (4 s windows, screening at 114 clients, full sweeps 18/60/114 for
 survivors). Everything but the model is real.
 
-    .venv/bin/python bench/loop_throughput.py --places 2 [--rounds 2]
+    .venv/bin/python bench/loop_throughput.py --places 2 [--turns 2]
 
 With --places N: a fleet of N vlabs as places of a real labgrid coordinator and exporter
-(`vlab up --places N`); the same candidates judged by a loop on all N places (every experiment
-asked for at once, as parallel tool calls: each place takes the next as it comes free; a keep
-reproduced on another place first) and by a loop on one of them, one after the other in this
-run. Target: >= 1.8x candidates judged per hour with 2 places, every verdict decided, every keep
-reproduced on the other place, each loop's transcript audited.
+(`vlab up --places N`); the same candidates judged by a loop on all N places and by a loop on
+one of them, one after the other in this run. Each loop runs a night of `--turns` turns (default
+2), each queueing every candidate as parallel tool calls (4 per place on two places, as the
+kickoff asks): each place takes the next as it comes free, a turn comes back once a place idles
+with its last calls still running, a keep is reproduced on another place first. Target: >= 1.8x
+candidates judged per hour with 2 places, every verdict decided, every keep reproduced on the
+other place, each loop's transcript audited.
 
 One lab's throughput (and the qlab's) is bench/loop_throughput.py without --places.
 """
@@ -27,7 +29,9 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -45,32 +49,49 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # one lab's loop judges the same candidates (this script's directory is on sys.path)
 from loop_throughput import CANDIDATES
 
-from tests.messages_standin import MessagesStandIn, ToolUse, Turn, nth_result  # the test stand-in
+from tests.messages_standin import Body, MessagesStandIn, ToolUse, Turn  # the test stand-in
+
+DEFAULT_TURNS = 2
+"""Turns of experiments in a run: a night is many; with two, how the second fills the places the
+first's last calls leave idle is measured, and the end of the night (the last candidate on one
+place, the others with nothing left) is paid once for 16 candidates, not for every 8."""
 
 
-def fleet_script(rounds: int = 1) -> list[Turn]:
-    """A fleet's loop: every patch submitted in one turn, then every candidate's experiment in
-    the next as parallel tool calls -- the places take them as they come free. With `rounds`
-    > 1 every candidate is judged that many times (a longer night: the end of the queue, when
-    one place has nothing left while the other runs the last candidate, is paid once however
-    many candidates come before it)."""
+def submitted(i: int) -> Callable[[Body], dict[str, Any]]:
+    """{"patch": the i-th patch id of the first turn's patch_submit results} (any later turn)."""
+    def pick(body: Body) -> dict[str, Any]:
+        for msg in body["messages"]:
+            blocks = msg["content"] if msg["role"] == "user" and isinstance(msg["content"], list) else []
+            results = [b for b in blocks if b.get("type") == "tool_result"]
+            if results and "patch_id" in results[0]["content"][0]["text"]:
+                return {"patch": json.loads(results[i]["content"][0]["text"])["patch_id"]}
+        raise AssertionError("no patch_submit results in the request")
+    return pick
+
+
+def fleet_script(turns: int = DEFAULT_TURNS) -> list[Turn]:
+    """A fleet's night: every patch submitted in one turn, then `turns` turns that each queue
+    every candidate's experiment as parallel tool calls (8 candidates: 4 per place on two
+    places, as the loop's kickoff asks) -- the places take them as they come free, and a turn
+    comes back once a place idles with its last calls still running (agent/loop.py), so the
+    next turn's experiments fill that place. Two "DONE" turns: the second answers the loop's
+    message with the results that finished after the first."""
     submits = [(name, what) for name, what in CANDIDATES if not isinstance(what, str)]
-    turns = [Turn(tools=[ToolUse("patch_submit", {"name": name, **what}) for name, what in submits])]
+    script = [Turn(tools=[ToolUse("patch_submit", {"name": name, **what}) for name, what in submits])]
     uses: list[ToolUse] = []
     for name, what in CANDIDATES:
         if isinstance(what, str):
             uses.append(ToolUse("experiment", {"patch": what}))
         else:
-            i = [n for n, _ in submits].index(name)
-            uses.append(ToolUse("experiment", nth_result(i, "patch_id", "patch")))
-    turns.append(Turn(tools=uses * rounds))
-    turns.append(Turn(text="DONE: every candidate judged."))
-    return turns
+            uses.append(ToolUse("experiment", submitted([n for n, _ in submits].index(name))))
+    script += [Turn(tools=list(uses)) for _ in range(turns)]
+    script += [Turn(text="DONE: every candidate judged."),
+               Turn(text="DONE: every candidate judged, the late ones too.")]
+    return script
 
 
-
-async def run_fleet(lab: Path, out: Path, goal: str, rounds: int = 1) -> tuple[float, str]:
-    turns = fleet_script(rounds)
+async def run_fleet(lab: Path, out: Path, goal: str, turns_n: int = DEFAULT_TURNS) -> tuple[float, str]:
+    turns = fleet_script(turns_n)
     with MessagesStandIn(turns) as api:
         model = Model(ModelOptions(base_url=api.url, api_key="sk-standin"))
         limits = Limits(budget_usd=50.0, max_turns=len(turns) + 2)
@@ -154,7 +175,7 @@ def set_aside_sweeps_of_a(profile: LabProfile, n: int) -> None:
             (records / kind).rename(records / f"{kind}-run-{n}")
 
 
-def main_fleet(places: int, rounds: int = 1) -> None:
+def main_fleet(places: int, turns: int = DEFAULT_TURNS) -> None:
     """N places against one, in the same run: the N-place loop first, then the one-place loop
     on the first place, each paying its own sweeps of A (set_aside_sweeps_of_a); the builds the
     first made are cached for the second."""
@@ -169,7 +190,7 @@ def main_fleet(places: int, rounds: int = 1) -> None:
         for n, lab in ((places, fleet), (1, one)):
             busy0, total0 = host_busy()
             wall, sid = asyncio.run(run_fleet(lab, root.parent / f"out-{n}", f"fleet throughput {n}",
-                                              rounds))
+                                              turns))
             busy1, total1 = host_busy()
             profile = LabProfile.from_file(lab)
             with TranscriptStore(profile.data_dir() / "transcripts.db") as store:
@@ -232,9 +253,10 @@ def main_fleet(places: int, rounds: int = 1) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--places", type=int, default=2, help="vlab places in the fleet (>= 2)")
-    parser.add_argument("--rounds", type=int, default=1, help="judge every candidate this many times")
+    parser.add_argument("--turns", type=int, default=DEFAULT_TURNS,
+                        help="turns of experiments, each queueing every candidate")
     args = parser.parse_args()
-    main_fleet(args.places, args.rounds)
+    main_fleet(args.places, args.turns)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ pre-registered [decision] (4 s windows, screening at 114 clients, full sweeps 18
 survivors). Everything but the model is real.
 
     .venv/bin/python bench/loop_throughput.py [--lab-kind vlab|qlab]
-    .venv/bin/python bench/loop_throughput.py --places 2   # a fleet: bench/fleet_throughput.py
+    .venv/bin/python bench/loop_throughput.py --places 2 [--turns 2]   # a fleet: bench/fleet_throughput.py
 
 Targets on the vlab: >= 30 candidates judged per hour with every verdict decided (improved /
 regressed / same, none left unknown); loop overhead beyond windows <= 5% (the loop's own time --
@@ -150,8 +150,9 @@ def main() -> None:
     ap.add_argument("--places", type=int, default=0,
                     help="a fleet of N vlab places (real coordinator and exporter) against one place, in "
                     "one run (bench/fleet_throughput.py); 0: one lab")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="with --places: judge every candidate this many times (a longer night)")
+    ap.add_argument("--turns", type=int, default=None,
+                    help="with --places: turns of experiments, each queueing every candidate "
+                    "(default 2: bench/fleet_throughput.py)")
     args = ap.parse_args()
     kind = args.lab_kind
     if args.places:
@@ -159,7 +160,7 @@ def main() -> None:
             ap.error("--places runs a fleet of vlabs: leave out --lab-kind qlab")
         from fleet_throughput import main_fleet  # this script's directory is on sys.path
 
-        main_fleet(args.places, args.rounds)
+        main_fleet(args.places, *([args.turns] if args.turns else []))
         return
     root = Path(tempfile.mkdtemp(prefix="lw-throughput-")) / kind
     load_before = os.getloadavg()

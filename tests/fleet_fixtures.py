@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from labwarden.runtime.fleet import PlacePool
 from labwarden.vlab import fleet as vlab_fleet
 
 from .conftest import needs_uprobes, uprobes_reason
@@ -62,3 +63,22 @@ def quick_profile(info: vlab_fleet.FleetInfo, rule: dict[str, str] = QUICK) -> P
     path = Path(info.lab_toml).with_name("lab-quick.toml")
     path.write_text(head + tail)
     return path
+
+
+async def sweep_a_on(pool: PlacePool, place: str, others: set[str]) -> str:
+    """The agent's own full sweep of the base (A) on `place` with the experiment's settings
+    (lab_status `workload.sweep`, perf on): the sweep a survivor there reuses. Its id."""
+    from labwarden.runtime.runner import call_tool
+    from labwarden.tools import experiment as experiment_tool
+    from labwarden.tools.lab_status import workload
+
+    async with pool.session(exclude=others) as q:
+        assert q.place_name == place
+        a = await experiment_tool._build(q.profile, [], "HEAD")
+        for name in ("flash", "fingerprint_verify"):
+            rec = await call_tool(q, name, {"build_id": a})
+            assert rec.ok, rec
+        rec = await call_tool(q, "sweep", {**workload(q.profile).sweep.model_dump(),
+                                           "perf": True, "label": "base"})
+        assert rec.ok and rec.result, rec
+        return str(rec.result["sweep_id"])

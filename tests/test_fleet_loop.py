@@ -35,7 +35,13 @@ from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import control
 from labwarden.vlab import fleet as vlab_fleet
 
-from .fleet_fixtures import clean_lg_env, quick_profile, vlab_fleet_fixture  # noqa: F401 (autouse)
+from .fleet_fixtures import (  # noqa: F401 (clean_lg_env: autouse)
+    QUICK,
+    clean_lg_env,
+    quick_profile,
+    sweep_a_on,
+    vlab_fleet_fixture,
+)
 from .messages_standin import MessagesStandIn, ToolUse, Turn, nth_result
 from .patching import BULK, NO_OP, change
 
@@ -151,7 +157,9 @@ def test_experiments_spread_and_a_keep_is_reproduced_elsewhere(fleet: vlab_fleet
                          ToolUse("patch_submit", {"name": "comment", "diff": change("wld.c", *NO_OP)})]),
              Turn(tools=[ToolUse("experiment", nth_result(0, "patch_id", "patch")),
                          ToolUse("experiment", nth_result(1, "patch_id", "patch"))]),
-             Turn(text="DONE: both judged.")]
+             Turn(text="DONE: both judged."),
+             Turn(text="DONE: both judged, the late one too.")]  # the turn may come back with
+    # one still running (a place idles): the loop sends its result once it ends, and asks again
     res = run(lab, turns, "fleet spread", tmp_path / "out")
     assert res.outcome.stop == "done", res.outcome
     bulk, comment = sorted(experiments(lab, res.session_id), key=lambda x: x.patch_name != "bulk-pull")
@@ -202,13 +210,13 @@ def test_a_survivor_sweeps_where_a_is_swept_already(fleet: vlab_fleet.FleetInfo)
     sweep is that one (not swept again on vlab-0), B's is new and on vlab-1. No model: the
     calls go through the fleet's place pool, as the loop's do; everything else is real.
     When the first screening is not "improved" (a busy box can leave bulk-pull undecided at 9
-    windows) the experiment is asked again, up to three times."""
+    windows) the experiment is asked again, up to three times. Its sweeps are at 18 and 114
+    clients, the module's other tests' at 60 and 114: a sweep of A they left on vlab-0 (the
+    long test above keeps bulk-pull there, sweeping A) does not stand in for A here."""
     from labwarden.runtime.fleet import open_fleet
     from labwarden.runtime.runner import call_tool
-    from labwarden.tools import experiment as experiment_tool
-    from labwarden.tools.lab_status import workload
 
-    prof = LabProfile.from_file(quick_profile(fleet))
+    prof = LabProfile.from_file(quick_profile(fleet, {**QUICK, "densities": "[18, 114]"}))
     first, holder = sorted(fleet.places)
 
     async def go() -> tuple[str, list[Experiment], str, int]:
@@ -217,16 +225,7 @@ def test_a_survivor_sweeps_where_a_is_swept_already(fleet: vlab_fleet.FleetInfo)
             sub = await call_tool(home, "patch_submit", {"name": "bulk-pull-2",
                                                          "diff": change("hal.c", *BULK)})
             assert sub.ok and sub.result, sub
-            async with pool.session(exclude={first}) as q:
-                assert q.place_name == holder
-                a = await experiment_tool._build(q.profile, [], "HEAD")
-                for name in ("flash", "fingerprint_verify"):
-                    rec = await call_tool(q, name, {"build_id": a})
-                    assert rec.ok, rec
-                rec = await call_tool(q, "sweep", {**workload(q.profile).sweep.model_dump(),
-                                                   "perf": True, "label": "base"})
-                assert rec.ok and rec.result, rec
-                sweep_a = rec.result["sweep_id"]
+            sweep_a = await sweep_a_on(pool, holder, {first})
             swept_before = len(RecordStore(prof.data_dir()).ids("swp"))
             exps = []
             for _ in range(3):

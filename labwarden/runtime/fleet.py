@@ -98,9 +98,8 @@ class PlacePool:
         self.lease_timeout_s = lease_timeout_s
         self._closers: dict[int, Callable[[], Awaitable[None]]] = {}
         self._sweeping: dict[tuple[str, str], int] = {}
-        self._held: dict[str, int] = {}
         self._holding: set[tuple[str, int]] = set()
-        """Places with a session open on them (a reproduction's place handed back is not)."""
+        """(place, session) for each session open on a place (one handed back is not)."""
         self._queued = 0
         """Calls waiting for their first place (`call`)."""
 
@@ -146,7 +145,8 @@ class PlacePool:
 
     async def idle_places(self) -> list[str]:
         """Good places this pool holds no session on (another client may hold them)."""
-        return [p for p in await self.good_places() if not self._held.get(p)]
+        held = {place for place, _ in self._holding}
+        return [p for p in await self.good_places() if p not in held]
 
     @contextlib.asynccontextmanager
     async def session(self, *, exclude: Collection[str] = (), prefer: str | None = None,
@@ -178,16 +178,10 @@ class PlacePool:
 
     def _hold(self, place: str, key: int) -> None:
         self._holding.add((place, key))
-        self._held[place] = self._held.get(place, 0) + 1
 
     def _let_go(self, place: str | None, key: int) -> None:
-        """Once per session: hand_back and the session's end may both let it go."""
-        if place is None or (place, key) not in self._holding:
-            return
-        self._holding.discard((place, key))
-        self._held[place] -= 1
-        if not self._held[place]:
-            del self._held[place]
+        """hand_back and the session's end may both let it go."""
+        self._holding.discard((place or "", key))
 
     async def prove(self, ctx: LabContext) -> str | None:
         """A place whose board is unknown (a flash it did not come back from; a person cleared
