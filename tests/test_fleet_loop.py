@@ -325,6 +325,40 @@ def test_a_turn_comes_back_when_a_place_idles_and_its_late_result_follows(
     assert any(exp.call.started_at < e.ts < exp.ts for e in events if isinstance(e, ModelCall))
 
 
+@pytest.mark.long  # ~40 s: make test keeps the test above, which covers the turn coming back
+def test_a_stop_with_a_call_still_running_waits_for_it(fleet: vlab_fleet.FleetInfo,
+                                                       tmp_path: Path) -> None:
+    """The turn comes back with an experiment still running and the loop then stops (its
+    --max-turns cap): the run returns only once the experiment has ended -- its record decided,
+    its call in the transcript -- and a note names the call that finished after the stop."""
+    lab = quick_profile(fleet)
+    turns = [Turn(tools=[ToolUse("patch_submit", {"name": "comment-5", "diff": change(
+                 "wld.c", "/* ---- driver pull ---- */", "/* ---- driver pull: ---- */")})]),
+             Turn(tools=[ToolUse("lab_status", {}),
+                         ToolUse("experiment", nth_result(0, "patch_id", "patch"))])]
+
+    async def go() -> overnight.LoopResult:
+        with MessagesStandIn(turns) as api:
+            model = Model(ModelOptions(base_url=api.url, api_key="sk-standin"))
+            return await overnight.run_loop(LabProfile.from_file(lab), model, goal="fleet stop",
+                                            limits=Limits(budget_usd=20.0, max_turns=2),
+                                            out_dir=tmp_path / "out", resume=None)
+
+    res = asyncio.run(go())
+    assert res.outcome.stop == "max_turns", res.outcome
+    (x,) = experiments(lab, res.session_id)
+    assert x.decision != "failed" and x.ended_at is not None, x.reason
+    with TranscriptStore(LabProfile.from_file(lab).data_dir() / "transcripts.db") as store:
+        assert audit(store, res.session_id).ok
+        events = [e.event for e in store.events(res.session_id)]
+    exp = next(e for e in events if isinstance(e, ToolCalled) and e.call.tool == "experiment")
+    notes = [e for e in events if isinstance(e, Note) and e.author == "labwarden"
+             and "finished after the stop" in e.text]
+    assert len(notes) == 1 and exp.ts <= notes[0].ts, notes
+    (late,) = json.loads(notes[0].text)["finished after the stop"]
+    assert late["tool"] == "experiment" and late["ok"] is True, late
+
+
 def _kill_when_flashed(db: Path, sid: str, info: vlab_fleet.FleetInfo, killed: list[str],
                        stop: threading.Event) -> None:
     """Kill the DUT of the place whose first flash in session `sid` is logged (mid-experiment:
