@@ -5,13 +5,14 @@ once) submitting patches and calling `experiment` on each, with the vlab profile
 pre-registered [decision] (4 s windows, screening at 114 clients, full sweeps 18/60/114 for
 survivors). Everything but the model is real.
 
-    .venv/bin/python bench/loop_throughput.py --places 2 [--turns 2]
+    .venv/bin/python bench/loop_throughput.py --places 2 [--turns 4]
 
 With --places N: a fleet of N vlabs as places of a real labgrid coordinator and exporter
 (`vlab up --places N`); the same candidates judged by a loop on all N places and by a loop on
-one of them, one after the other in this run. Each loop runs a night of `--turns` turns (default
-2), each queueing every candidate as parallel tool calls (4 per place on two places, as the
-kickoff asks): each place takes the next as it comes free, a turn comes back once a place idles
+one of them, one after the other in this run, each paying its own builds and sweeps of A. Each
+loop runs a night of `--turns` turns (default 4: ~20 minutes on two places, ~40 on one), each
+queueing every candidate as parallel tool calls (4 per place on two places, as the kickoff
+asks): each place takes the next as it comes free, a turn comes back once a place idles
 with its last calls still running, a keep is reproduced on another place first. Target: >= 1.8x
 candidates judged per hour with 2 places, every verdict decided, every keep reproduced on the
 other place, each loop's transcript audited.
@@ -43,7 +44,9 @@ from labwarden.core.events import ToolCalled
 from labwarden.core.experiments import Experiment
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
+from labwarden.lab.fleetdir import FleetDir, place_names
 from labwarden.transcripts.store import TranscriptStore
+from labwarden.vlab.layout import VlabLayout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # one lab's loop judges the same candidates (this script's directory is on sys.path)
@@ -51,10 +54,13 @@ from loop_throughput import CANDIDATES
 
 from tests.messages_standin import Body, MessagesStandIn, ToolUse, Turn  # the test stand-in
 
-DEFAULT_TURNS = 2
-"""Turns of experiments in a run: a night is many; with two, how the second fills the places the
-first's last calls leave idle is measured, and the end of the night (the last candidate on one
-place, the others with nothing left) is paid once for 16 candidates, not for every 8."""
+DEFAULT_TURNS = 4
+"""Turns of experiments in a run: a night is many. From the second on, how a turn fills the places
+the last one's calls leave idle is measured; the end of the night (the last candidate, or the
+last keep's reproduction and sweep, on one place while the others have nothing left: 72-100 s
+on two places in the runs of 2026-11-27) is paid once per night, here once for 32 candidates.
+With 2 turns (16 candidates) that end alone weighed ~6% of the fleet's place-seconds, and the
+runs read 1.77x and 1.96x; a night of ~8 hours pays it once for several hundred."""
 
 
 def submitted(i: int) -> Callable[[Body], dict[str, Any]]:
@@ -160,25 +166,37 @@ def place_busy_s(store: TranscriptStore, sid: str) -> dict[str, float]:
     return busy
 
 
-def set_aside_sweeps_of_a(profile: LabProfile, n: int) -> None:
-    """Move the experiment and sweep records of the loop that just ran out of the record store
-    (to records/exp-run-N, swp-run-N), so the next loop finds no sweep of A to reuse: each loop
-    pays its own places' sweeps of A, as a night does. tools/experiment._known_a_sweep reads both: an
-    experiment's sweeps, then any sweep of the build on the place taken with the experiment's
-    settings -- which is how, with only the experiments moved, the one-place loop took the
-    fleet's sweep of A on vlab-0 and skipped its own (47 s of 497 place-s, in the first run
-    of 2026-11-27; the earlier runs' records are gone). Builds stay cached (a vlab build takes
-    a second or two; the fleet pays them)."""
+def set_aside_run(profile: LabProfile, builds: Path, builds_before: set[str], n: int) -> None:
+    """Move what the loop that just ran left for the next to reuse out of its way: its experiment
+    and sweep records (to records/exp-run-N, swp-run-N), so the next loop finds no sweep of A to
+    reuse and pays its own places' sweeps of A, as a night does (tools/experiment._known_a_sweep
+    reads both: an experiment's sweeps, then any sweep of the build on the place taken with the
+    experiment's settings -- which is how, with only the experiments moved, the one-place loop
+    took the fleet's sweep of A on vlab-0 and skipped its own, 47 s of 497 place-s in the first
+    run of 2026-11-27); the submitted patches (DATA/patches-run-N) and the candidates' builds
+    on the first place (to builds-run-N beside `builds`), so the one-place loop submits and
+    builds its candidates as the fleet did -- with them cached it paid 0.2 s for its five
+    patch_submit calls where the fleet paid 3.3 s, and its gaps before a flash (the build) were
+    0.5-0.8 s where the fleet's were 1-4.5 s (the run of 2026-11-27 17:54). The builds from before the first loop (A's, made by
+    `vlab up`) stay for both."""
     records = profile.data_dir() / "records"
     for kind in ("exp", "swp"):
         if (records / kind).is_dir():
             (records / kind).rename(records / f"{kind}-run-{n}")
+    patches = profile.data_dir() / "patches"  # a new patch is checked (~0.5 s), a known one not
+    if patches.is_dir():
+        patches.rename(patches.with_name(f"patches-run-{n}"))
+    aside = builds.with_name(f"builds-run-{n}")
+    for build in sorted(builds.iterdir()):
+        if build.name not in builds_before:
+            aside.mkdir(exist_ok=True)
+            build.rename(aside / build.name)
 
 
 def main_fleet(places: int, turns: int = DEFAULT_TURNS) -> None:
     """N places against one, in the same run: the N-place loop first, then the one-place loop
-    on the first place, each paying its own sweeps of A (set_aside_sweeps_of_a); the builds the
-    first made are cached for the second."""
+    on the first place, each paying its own sweeps of A and builds of its candidates
+    (set_aside_run)."""
     from labwarden.transcripts.audit import audit
 
     root = Path(tempfile.mkdtemp(prefix="lw-fleet-throughput-")) / "vlab"
@@ -187,6 +205,8 @@ def main_fleet(places: int, turns: int = DEFAULT_TURNS) -> None:
     try:
         fleet = fleet_up(root, places)
         one = one_place_profile(fleet)
+        builds = VlabLayout.at(FleetDir.at(root).place_dir(place_names("vlab", 1)[0])).builds
+        builds_before = {b.name for b in builds.iterdir()}
         for n, lab in ((places, fleet), (1, one)):
             busy0, total0 = host_busy()
             wall, sid = asyncio.run(run_fleet(lab, root.parent / f"out-{n}", f"fleet throughput {n}",
@@ -200,7 +220,7 @@ def main_fleet(places: int, turns: int = DEFAULT_TURNS) -> None:
                                 and e.event.call.tool == "sweep")
             rows.append((n, wall, fleet_experiments(profile, sid), ok,
                          (busy1 - busy0) / max(1, total1 - total0), places_busy))
-            set_aside_sweeps_of_a(profile, n)
+            set_aside_run(profile, builds, builds_before, n)
     finally:
         fleet_down(root)
     console = Console(width=160)

@@ -5,7 +5,7 @@ pre-registered [decision] (4 s windows, screening at 114 clients, full sweeps 18
 survivors). Everything but the model is real.
 
     .venv/bin/python bench/loop_throughput.py [--lab-kind vlab|qlab]
-    .venv/bin/python bench/loop_throughput.py --places 2 [--turns 2]   # a fleet: bench/fleet_throughput.py
+    .venv/bin/python bench/loop_throughput.py --places 2 [--turns 4]   # a fleet: bench/fleet_throughput.py
 
 Targets on the vlab: >= 30 candidates judged per hour with every verdict decided (improved /
 regressed / same, none left unknown); loop overhead beyond windows <= 5% (the loop's own time --
@@ -152,7 +152,7 @@ def main() -> None:
                     "one run (bench/fleet_throughput.py); 0: one lab")
     ap.add_argument("--turns", type=int, default=None,
                     help="with --places: turns of experiments, each queueing every candidate "
-                    "(default 2: bench/fleet_throughput.py)")
+                    "(default 4: bench/fleet_throughput.py)")
     args = ap.parse_args()
     kind = args.lab_kind
     if args.places:

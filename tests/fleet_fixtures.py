@@ -3,15 +3,24 @@ module, no LG_* variables from the caller's shell, and the short [decision] they
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
+import sqlite3
+import threading
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from labwarden.lab.labgrid import in_session
 from labwarden.runtime.fleet import PlacePool
+from labwarden.vlab import control
 from labwarden.vlab import fleet as vlab_fleet
 
 from .conftest import needs_uprobes, uprobes_reason
@@ -82,3 +91,42 @@ async def sweep_a_on(pool: PlacePool, place: str, others: set[str]) -> str:
                                            "perf": True, "label": "base"})
         assert rec.ok and rec.result, rec
         return str(rec.result["sweep_id"])
+
+
+def coordinator_state(coordinator: str) -> tuple[dict[str, str | None], list[Any]]:
+    """(place -> holder, reservations) as the coordinator has them."""
+    def read(session: Any) -> tuple[dict[str, str | None], list[Any]]:
+        from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
+
+        res = session.loop.run_until_complete(session.stub.GetReservations(pb2.GetReservationsRequest()))
+        return {n: p.acquired for n, p in session.places.items()}, list(res.reservations)
+    with ThreadPoolExecutor(1) as pool:  # labgrid's loop cannot run inside a running one
+        return pool.submit(in_session, coordinator, "test", "probe", read).result()
+
+
+def last_rowid(db: Path) -> int:
+    """The transcript's newest event row (0 when it has none yet): what a watcher reads after."""
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT coalesce(max(rowid), 0) FROM events").fetchone()[0]
+
+
+def kill_place_when(db: Path, after: int, info: vlab_fleet.FleetInfo,
+                    pick: Callable[[dict[str, Any]], str | None], killed: list[str],
+                    stop: threading.Event) -> None:
+    """Stop the vlab of the first place `pick` names for a tool call logged after transcript row
+    `after` (a thread's target: polls every 0.3 s until `stop`), and append it to `killed`."""
+    while not stop.is_set():
+        rows = []
+        if db.exists():  # the loop creates it
+            with contextlib.suppress(sqlite3.OperationalError), sqlite3.connect(db) as conn:  # no table yet
+                rows = conn.execute("SELECT body FROM events WHERE rowid > ? AND kind = 'tool_called' "
+                                    "ORDER BY rowid", [after]).fetchall()
+        for (body,) in rows:
+            place = pick(json.loads(body))
+            if place is not None:
+                control.down(info.places[place].root)
+                killed.append(place)
+                return
+        time.sleep(0.3)

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ from typing import Any
 import pytest
 
 from labwarden.agent import overnight
-from labwarden.agent.loop import Limits
+from labwarden.agent.loop import PENDING, Limits
 from labwarden.agent.model import Model, ModelOptions
 from labwarden.core.events import Note, ToolCalled
 from labwarden.core.experiments import Experiment
@@ -32,12 +30,14 @@ from labwarden.report.render import render
 from labwarden.tools.bisect import narrow, split
 from labwarden.transcripts.audit import audit
 from labwarden.transcripts.store import TranscriptStore
-from labwarden.vlab import control
 from labwarden.vlab import fleet as vlab_fleet
 
 from .fleet_fixtures import (  # noqa: F401 (clean_lg_env: autouse)
     QUICK,
     clean_lg_env,
+    coordinator_state,
+    kill_place_when,
+    last_rowid,
     quick_profile,
     sweep_a_on,
     vlab_fleet_fixture,
@@ -281,7 +281,7 @@ def test_a_turn_comes_back_when_a_place_idles_and_its_late_result_follows(
     when the model ended its turn first, in a message of its own before the model answers
     again. The model is the stand-in (scripted turns); the fleet, coordinator, DUTs and
     transcript are real."""
-    from labwarden.agent.loop import LATE, PENDING
+    from labwarden.agent.loop import LATE
     from labwarden.core.events import ModelCall
 
     lab = quick_profile(fleet)
@@ -359,21 +359,55 @@ def test_a_stop_with_a_call_still_running_waits_for_it(fleet: vlab_fleet.FleetIn
     assert late["tool"] == "experiment" and late["ok"] is True, late
 
 
-def _kill_when_flashed(db: Path, sid: str, info: vlab_fleet.FleetInfo, killed: list[str],
-                       stop: threading.Event) -> None:
-    """Kill the DUT of the place whose first flash in session `sid` is logged (mid-experiment:
-    its windows come next)."""
-    while not stop.is_set():
-        with sqlite3.connect(db) as conn:
-            rows = conn.execute("SELECT body FROM events WHERE session_id = ? AND kind = "
-                                "'tool_called'", [sid]).fetchall()
-        for (body,) in rows:
-            ev = json.loads(body)
-            if ev["call"]["tool"] == "flash" and ev["call"]["ok"] and ev.get("place"):
-                killed.append(ev["place"])
-                control.down(info.places[ev["place"]].root)
-                return
-        time.sleep(0.3)
+@pytest.mark.long  # ~40 s, as the test above
+def test_a_cancelled_loop_cancels_its_running_calls_and_frees_the_places(fleet: vlab_fleet.FleetInfo,
+                                                                        tmp_path: Path) -> None:
+    """The turn comes back with an experiment still running, the model ends its turn (so the
+    loop waits for it), and the loop is cancelled then (a person's ^C, a service stopping): the
+    experiment is cancelled, not left running -- its call in the transcript as cancelled -- and
+    the coordinator holds no place and no reservation of the loop's after it returns."""
+    lab = quick_profile(fleet)
+    turns = [Turn(tools=[ToolUse("patch_submit", {"name": "comment-6", "diff": change(
+                 "wld.c", "/* ---- driver pull ---- */", "/* ---- driver pull; ---- */")})]),
+             Turn(tools=[ToolUse("lab_status", {}),
+                         ToolUse("experiment", nth_result(0, "patch_id", "patch"))]),
+             Turn(text="DONE: judged."),
+             Turn(text="DONE: judged, the late one too.")]
+    sid: list[str] = []
+
+    async def go() -> list[dict[str, Any]]:
+        with MessagesStandIn(turns) as api:
+            model = Model(ModelOptions(base_url=api.url, api_key="sk-standin"))
+            loop = asyncio.create_task(overnight.run_loop(
+                LabProfile.from_file(lab), model, goal="fleet cancel", out_dir=tmp_path / "out",
+                limits=Limits(budget_usd=20.0, max_turns=6), resume=None,
+                on_start=lambda s, _r: sid.append(s)))
+            while len(api.requests) < 3 and not loop.done():  # the model has ended its turn
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(2)  # the loop waits for the experiment now
+            assert not loop.done(), "the experiment ended before the cancel: no call was running"
+            loop.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await loop
+            return api.requests
+
+    requests = asyncio.run(go())
+    assert len(requests) == 3, "the model was called again: the loop did not wait"
+    uses = [b for b in requests[2]["messages"][-2]["content"] if b["type"] == "tool_use"]
+    pending = [b for b in requests[2]["messages"][-1]["content"] if b.get("type") == "tool_result"
+               and b["tool_use_id"] == uses[1]["id"]]
+    assert pending and pending[0]["content"][0]["text"] == PENDING, pending
+    with TranscriptStore(LabProfile.from_file(lab).data_dir() / "transcripts.db") as store:
+        events = [e.event for e in store.events(sid[0])]
+    exp = next(e for e in events if isinstance(e, ToolCalled) and e.call.tool == "experiment")
+    assert not exp.call.ok and exp.call.error is not None and exp.call.error.kind == "cancelled", exp
+    holders, reservations = coordinator_state(fleet.coordinator)
+    assert not any(holders.values()) and reservations == [], (holders, reservations)
+
+
+def _flashed(ev: dict[str, Any]) -> str | None:
+    """The place of a flash that went through (mid-experiment: its windows come next)."""
+    return ev.get("place") if ev["call"]["tool"] == "flash" and ev["call"]["ok"] else None
 
 
 def test_a_dead_place_is_marked_bad_and_its_experiment_retried(fleet: vlab_fleet.FleetInfo,
@@ -390,19 +424,14 @@ def test_a_dead_place_is_marked_bad_and_its_experiment_retried(fleet: vlab_fleet
              Turn(text="DONE: judged.")]
     killed: list[str] = []
     stop = threading.Event()
-    watchers: list[threading.Thread] = []
-
-    def started(sid: str, _chain: list[str]) -> None:
-        t = threading.Thread(target=_kill_when_flashed, args=(db, sid, fleet, killed, stop), daemon=True)
-        t.start()
-        watchers.append(t)
-
+    watcher = threading.Thread(target=kill_place_when, daemon=True,
+                               args=(db, last_rowid(db), fleet, _flashed, killed, stop))
+    watcher.start()
     try:
-        res = run(lab, turns, "fleet dead place", tmp_path / "out", on_start=started)
+        res = run(lab, turns, "fleet dead place", tmp_path / "out")
     finally:
         stop.set()
-        for t in watchers:
-            t.join(10)
+        watcher.join(10)
     assert res.outcome.stop == "done", res.outcome
     assert len(killed) == 1, "the watcher never saw a flash"
     dead = killed[0]

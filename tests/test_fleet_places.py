@@ -26,6 +26,8 @@ from labwarden.lab.fleet import Fleet, NoPlace
 from labwarden.lab.labgrid import LabgridConfig, LabgridError, in_session
 from labwarden.runtime.fleet import place_profile
 
+from .fleet_fixtures import coordinator_state
+
 pytestmark = pytest.mark.anyio
 
 PLACES = ["vlab-0", "vlab-1", "vlab-2"]
@@ -57,17 +59,6 @@ def _cfg(tmp_path: Path, lab: hub.HubInfo, **fleet: Any) -> LabgridConfig:
     env.write_text("targets:\n  main:\n    resources:\n      RemotePlace: {name: vlab-0}\n"
                    "    drivers:\n      SSHDriver: {keyfile: id}\n")
     return LabgridConfig(env=str(env), coordinator=lab.coordinator, host_key="ssh-ed25519 AAAA", **fleet)
-
-
-def _state(lab: hub.HubInfo) -> tuple[dict[str, str | None], list[Any]]:
-    """(place -> holder, reservations) as the coordinator has them."""
-    def read(session: Any) -> tuple[dict[str, str | None], list[Any]]:
-        from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
-
-        res = session.loop.run_until_complete(session.stub.GetReservations(pb2.GetReservationsRequest()))
-        return {n: p.acquired for n, p in session.places.items()}, list(res.reservations)
-    with ThreadPoolExecutor(1) as pool:  # labgrid's loop cannot run inside a running one
-        return pool.submit(in_session, lab.coordinator, "test", "probe", read).result()
 
 
 def test_selectors(tmp_path: Path, lab: hub.HubInfo) -> None:
@@ -109,7 +100,7 @@ def test_lease_prefer_exclude_endpoint_release(tmp_path: Path, lab: hub.HubInfo)
         try:
             assert (a.place, b.place) == ("vlab-1", "vlab-2")
             assert a.endpoint().port == 2201 and b.endpoint().port == 2202  # each lease's own place
-            holders, reservations = _state(lab)
+            holders, reservations = coordinator_state(lab.coordinator)
             assert holders["vlab-1"] == holders["vlab-2"] == "h/loop-a" and holders["vlab-0"] is None
             # one reservation per held place, in state acquired; the waiting ones were cancelled
             assert sorted(r.state for r in reservations) == [2, 2]
@@ -119,7 +110,7 @@ def test_lease_prefer_exclude_endpoint_release(tmp_path: Path, lab: hub.HubInfo)
         finally:
             await a.release()
             await b.release()
-        holders, reservations = _state(lab)
+        holders, reservations = coordinator_state(lab.coordinator)
         assert not any(holders.values()) and reservations == []
 
     asyncio.run(run())
@@ -137,17 +128,17 @@ def test_waiting_lease_gets_the_first_freed_place(tmp_path: Path, lab: hub.HubIn
         gone.cancel()
         with pytest.raises(asyncio.CancelledError):
             await gone
-        assert not any(r.owner == "h/c" for r in _state(lab)[1])
+        assert not any(r.owner == "h/c" for r in coordinator_state(lab.coordinator)[1])
         waiter = asyncio.create_task(Fleet(cfg, user="b", host="h").lease(timeout_s=20))
         await asyncio.sleep(1.5)
         assert not waiter.done()
-        _, reservations = _state(lab)
+        _, reservations = coordinator_state(lab.coordinator)
         assert sum(r.state == 0 for r in reservations) == len(PLACES)  # b waits on every place
         await held[1].release()
         got = await waiter
         try:
             assert got.place == held[1].place
-            _, reservations = _state(lab)
+            _, reservations = coordinator_state(lab.coordinator)
             assert len(reservations) == len(PLACES)  # b's other waiting reservations are gone
         finally:
             for lease in [*held, got]:
@@ -219,7 +210,7 @@ def test_two_loops_never_share_a_place(tmp_path: Path, lab: hub.HubInfo) -> None
         while time.time() < until:
             lease = await fleet.lease(timeout_s=30)
             t0 = time.time()
-            holders, _ = _state(lab)
+            holders, _ = coordinator_state(lab.coordinator)
             assert holders[lease.place or ""] == "h/loop-a"
             await asyncio.sleep(0.3)
             intervals.append(("a", lease.place or "", t0, time.time()))
@@ -257,7 +248,7 @@ def test_two_loops_never_share_a_place(tmp_path: Path, lab: hub.HubInfo) -> None
         spans = sorted((t0, t1, w) for w, p, t0, t1 in intervals if p == place)
         for (_, end, w1), (start, _, w2) in itertools.pairwise(spans):
             assert end <= start, f"{place} held by {w1} and {w2} at once"
-    holders, reservations = _state(lab)
+    holders, reservations = coordinator_state(lab.coordinator)
     assert not any(holders.values()) and reservations == []
 
 
@@ -361,7 +352,7 @@ def test_vlab_up_places_2_then_down(tmp_path: Path) -> None:
 async def _queued(lab: hub.HubInfo, owner: str) -> None:
     """Until a reservation of `owner` (or of an owner ending so) waits on the coordinator."""
     for _ in range(300):
-        if any(r.owner.endswith(owner) and r.state == 0 for r in _state(lab)[1]):
+        if any(r.owner.endswith(owner) and r.state == 0 for r in coordinator_state(lab.coordinator)[1]):
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"no waiting reservation of {owner}")
@@ -412,7 +403,7 @@ def test_waiting_clients_queue_fairly(tmp_path: Path, lab: hub.HubInfo) -> None:
                                 capture_output=True, timeout=30)
 
     asyncio.run(run())
-    holders, reservations = _state(lab)
+    holders, reservations = coordinator_state(lab.coordinator)
     assert not any(holders.values()) and reservations == []
 
 
@@ -439,7 +430,7 @@ def test_a_reproduction_waits_ahead_of_new_experiments(tmp_path: Path, lab: hub.
 
         waiting = asyncio.create_task(reproduce())
         await _queued(lab, "h/loop")
-        seen = [(r.owner, r.prio) for r in _state(lab)[1] if r.state == 0]
+        seen = [(r.owner, r.prio) for r in coordinator_state(lab.coordinator)[1] if r.state == 0]
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
@@ -450,7 +441,7 @@ def test_a_reproduction_waits_ahead_of_new_experiments(tmp_path: Path, lab: hub.
     seen = asyncio.run(run())
     assert REPRODUCE_PRIO > 0 and seen and all(prio == REPRODUCE_PRIO for _, prio in seen), seen
     assert all(owner.endswith("h/loop") for owner, _ in seen), seen
-    holders, reservations = _state(lab)
+    holders, reservations = coordinator_state(lab.coordinator)
     assert not any(holders.values()) and reservations == []
 
 
@@ -520,7 +511,7 @@ def test_a_place_without_its_resource_is_skipped(tmp_path: Path, lab: hub.HubInf
             assert "show" in exc.value.remedy
 
         asyncio.run(run())
-        holders, reservations = _state(lab)
+        holders, reservations = coordinator_state(lab.coordinator)
         assert not any(holders.values()) and reservations == []
     finally:
         coordinator(pb2.DeletePlaceRequest(name="broken"))

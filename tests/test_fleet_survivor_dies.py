@@ -9,11 +9,8 @@ Marked `long` (~2-3 minutes with its own fleet: it kills one of the fleet's DUTs
 from __future__ import annotations
 
 import asyncio
-import json
-import sqlite3
 import threading
-import time
-from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,11 +20,12 @@ from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
 from labwarden.transcripts.audit import audit
 from labwarden.transcripts.store import TranscriptStore
-from labwarden.vlab import control
 from labwarden.vlab import fleet as vlab_fleet
 
 from .fleet_fixtures import (  # noqa: F401 (clean_lg_env: autouse)
     clean_lg_env,
+    kill_place_when,
+    last_rowid,
     quick_profile,
     sweep_a_on,
     vlab_fleet_fixture,
@@ -39,25 +37,6 @@ fleet = vlab_fleet_fixture(2, "fleetdies")
 SWEEP_POINT = 60
 """The first point of the quick rule's sweeps ([60, 114]): the screenings measure at 114 only,
 so a measurement at 60 on the holder after the set-up is the survivor's sweep of B."""
-
-
-def _kill_at_sweep(db: Path, place: str, root: Path, after: int, killed: list[str],
-                   stop: threading.Event) -> None:
-    """Stop `place`'s vlab once a measurement at SWEEP_POINT on it ends (transcript rows after
-    rowid `after`)."""
-    while not stop.is_set():
-        with sqlite3.connect(db) as conn:
-            rows = conn.execute("SELECT body FROM events WHERE rowid > ? AND kind = 'tool_called'",
-                                [after]).fetchall()
-        for (body,) in rows:
-            ev = json.loads(body)
-            call = ev["call"]
-            if (call["tool"] == "measure" and ev.get("place") == place
-                    and (call.get("args") or {}).get("stations") == SWEEP_POINT):
-                control.down(root)
-                killed.append(place)
-                return
-        time.sleep(0.3)
 
 
 @pytest.mark.long
@@ -78,10 +57,15 @@ def test_the_holder_dies_during_the_survivor_sweeps(fleet: vlab_fleet.FleetInfo)
                                                          "diff": change("hal.c", *BULK)})
             assert sub.ok and sub.result, sub
             await sweep_a_on(pool, holder, {first})
-            with sqlite3.connect(db) as conn:
-                after = conn.execute("SELECT max(rowid) FROM events").fetchone()[0]
-            watcher = threading.Thread(target=_kill_at_sweep, daemon=True, args=(
-                db, holder, Path(fleet.places[holder].root), after, killed, stop))
+
+            def at_sweep(ev: dict[str, Any]) -> str | None:
+                """The holder, once a measurement at SWEEP_POINT on it ends."""
+                call = ev["call"]
+                return holder if (call["tool"] == "measure" and ev.get("place") == holder and (
+                    call.get("args") or {}).get("stations") == SWEEP_POINT) else None
+
+            watcher = threading.Thread(target=kill_place_when, daemon=True, args=(
+                db, last_rowid(db), fleet, at_sweep, killed, stop))
             watcher.start()
             exps = []
             try:
