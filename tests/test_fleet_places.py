@@ -116,6 +116,27 @@ def test_lease_prefer_exclude_endpoint_release(tmp_path: Path, lab: hub.HubInfo)
     asyncio.run(run())
 
 
+def test_free_places_leave_out_every_holder(tmp_path: Path, lab: hub.HubInfo) -> None:
+    """The places the loop may call idle (a turn comes back early for them): a place a rival
+    client holds is not free, nor one this client holds; released, both are again."""
+    cfg = _cfg(tmp_path, lab, place_match="vlab-*")
+
+    async def run() -> None:
+        ours = Fleet(cfg, user="loop-a", host="h")
+        assert await ours.free_places() == PLACES
+        rival = await Fleet(cfg, user="rival", host="h").lease(prefer="vlab-1")
+        mine = await ours.lease(prefer="vlab-0")
+        try:
+            assert (rival.place, mine.place) == ("vlab-1", "vlab-0")
+            assert await ours.free_places() == ["vlab-2"]
+        finally:
+            await rival.release()
+            await mine.release()
+        assert await ours.free_places() == PLACES
+
+    asyncio.run(run())
+
+
 def test_waiting_lease_gets_the_first_freed_place(tmp_path: Path, lab: hub.HubInfo) -> None:
     """All places held: a lease waits (its reservations queued), and gets the place released."""
     cfg = _cfg(tmp_path, lab, place_match="vlab-*")

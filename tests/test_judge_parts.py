@@ -313,3 +313,80 @@ def test_the_agents_own_sweep_stands_in_for_a_only_when_taken_as_an_experiment_w
         before = len(swept)
         assert a_sweep(**differs) == "swp-0000000000b2", differs
         assert len(swept) == before + 1
+
+
+def test_a_survivor_failing_on_a_live_holder_fails_the_experiment_there_a_dead_one_is_marked_bad(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A survivor screened on vlab-0 reproduces on vlab-1, which holds A's sweep, and its full
+    sweeps there fail (tools/experiment._reproduce). vlab-1's DUT answers: the experiment fails
+    with that error -- as it would have on its own place -- its second screening in the record
+    and no place marked bad. vlab-1's DUT does not answer: vlab-1 is marked bad with the reason,
+    nothing of its sweeps is kept, and the next good place is tried. Stand-ins: the pool's
+    places, sessions and probe, the second screening and the sweeps (no coordinator, no DUT;
+    a DUT dying there is tests/test_fleet_survivor_dies.py, on real ones); the records are real."""
+    import asyncio
+    import contextlib
+    from collections.abc import AsyncIterator
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from labwarden.core.decision import Judgement
+    from labwarden.core.errors import LabError
+    from labwarden.core.experiments import Arm, Experiment, Reproduction, Screening
+    from labwarden.tools import experiment
+
+    look = Judgement(verdict="improved", n_a=6, n_b=6, mean_a=10.0, mean_b=7.0, delta_pct=-30.0,
+                     ci_pct=(-35.0, -25.0), p_value=0.001, alpha_look=0.01, margin_pct=3.0, decided=True)
+    screening = Screening(stations=114, window_s=4.0, metric="cpu", a=Arm(build_id="a" * 16),
+                          b=Arm(build_id="b" * 16), looks=[look])
+
+    class Pool:
+        def __init__(self, dead: set[str]) -> None:
+            self.dead, self.marks, self.sessions = dead, [], []
+            self.health = SimpleNamespace(bad=lambda: {p for p, state, _ in self.marks if state == "bad"})
+
+        async def good_places(self, exclude: Any = ()) -> list[str]:
+            bad = self.health.bad()
+            return [p for p in ("vlab-0", "vlab-1", "vlab-2") if p not in exclude and p not in bad]
+
+        async def hand_back(self, ctx: Any) -> None:
+            pass
+
+        @contextlib.asynccontextmanager
+        async def session(self, *, exclude: Any, prio: float) -> AsyncIterator[Any]:
+            place = next(p for p in await self.good_places(exclude))
+            self.sessions.append(place)
+            yield SimpleNamespace(place_name=place)
+
+        async def probe(self, ctx: Any) -> str | None:
+            return "it does not answer" if ctx.place_name in self.dead else None
+
+        def mark(self, place: str, state: str, reason: str | None) -> None:
+            self.marks.append((place, state, reason))
+
+    async def screen_again(on: Any, exp: Experiment, *, same_place: bool) -> Reproduction:
+        return Reproduction(place=on.place_name, build_a="a" * 16, build_b="b" * 16,
+                            screening=screening, reproduced=True)
+
+    async def survive(on: Any, rep: Reproduction) -> None:
+        found.append(exp.sweep_a)
+        exp.sweep_a, exp.sweep_b = "swp-0000000000a1", "swp-0000000000b1"  # taken, then it fails
+        raise LabError(f"the sweep of B failed on {on.place_name}", "look at the DUT's log")
+
+    monkeypatch.setattr(experiment, "_screen_again", screen_again)
+    for dead, sessions, marked in ((set(), ["vlab-1"], []), ({"vlab-1"}, ["vlab-1", "vlab-2"], ["vlab-1"])):
+        pool, found = Pool(dead), []
+        exp = Experiment(id="exp-000000000099", patch="p", ref="HEAD", build_a="a" * 16,
+                         build_b="b" * 16, started_at=datetime.now(UTC), decision="failed",
+                         reason="", screening=screening, place="vlab-0")
+        ctx = SimpleNamespace(place_name="vlab-0", fleet=pool, data_dir=tmp_path, place=None)
+        with pytest.raises(LabError, match=f"the sweep of B failed on {sessions[-1]}"):
+            asyncio.run(experiment._reproduce(ctx, exp, "114 clients",  # type: ignore[arg-type]
+                                              holders=["vlab-1"], then=survive))
+        assert pool.sessions == sessions
+        assert found == [None] * len(sessions), "a dead place's sweeps were kept for the next"
+        assert [p for p, state, _ in pool.marks if state == "bad"] == marked, pool.marks
+        if marked:
+            assert "it does not answer" in pool.marks[0][2] and "survivor: the sweep of B" in pool.marks[0][2]
+        rep = exp.reproduction
+        assert rep is not None and rep.place == sessions[-1] and rep.reproduced, rep

@@ -222,8 +222,8 @@ class Agent:
         return out
 
     async def _a_place_idles(self) -> bool:
-        """No call waits for a place and a good place runs nothing of ours (the coordinator
-        unreachable for a moment: not known, so no)."""
+        """No call waits for a place and a good place is free: nothing of ours runs there and no
+        other client holds it (the coordinator unreachable for a moment: not known, so no)."""
         assert self.places is not None
         if self.places.queued:
             return False

@@ -82,6 +82,12 @@ class Fleet:
         names: list[str] = await self._run(self._matching)
         return names
 
+    async def free_places(self) -> list[str]:
+        """The matching places nobody has acquired now, sorted (a waiting reservation may still
+        take one first)."""
+        names: list[str] = await self._run(self._free)
+        return names
+
     async def lease(self, *, exclude: Collection[str] = (), prefer: str | None = None,
                     timeout_s: float | None = None, prio: float = 0.0,
                     keepalive_s: float = KEEPALIVE_S) -> PlaceLease:
@@ -113,6 +119,10 @@ class Fleet:
                 pool.submit(in_session, self.coordinator, self.user, self.host, fn))
 
     # --- in the labgrid thread ---
+
+    def _free(self, session: Any) -> list[str]:
+        known: dict[str, Any] = session.places
+        return [name for name in self._matching(session) if name in known and not known[name].acquired]
 
     def _matching(self, session: Any) -> list[str]:
         known: dict[str, Any] = session.places

@@ -144,9 +144,11 @@ class PlacePool:
         return self._queued
 
     async def idle_places(self) -> list[str]:
-        """Good places this pool holds no session on (another client may hold them)."""
+        """Good places nobody holds: no session of this pool's, and not another client (a place
+        a rival loop holds is not free for this pool's next call)."""
         held = {place for place, _ in self._holding}
-        return [p for p in await self.good_places() if p not in held]
+        bad = self.health.bad()
+        return [p for p in await self.fleet.free_places() if p not in held and p not in bad]
 
     @contextlib.asynccontextmanager
     async def session(self, *, exclude: Collection[str] = (), prefer: str | None = None,
