@@ -177,8 +177,8 @@ def set_aside_run(profile: LabProfile, builds: Path, builds_before: set[str], n:
     on the first place (to builds-run-N beside `builds`), so the one-place loop submits and
     builds its candidates as the fleet did -- with them cached it paid 0.2 s for its five
     patch_submit calls where the fleet paid 3.3 s, and its gaps before a flash (the build) were
-    0.5-0.8 s where the fleet's were 1-4.5 s (the run of 2026-11-27 17:54). The builds from before the first loop (A's, made by
-    `vlab up`) stay for both."""
+    0.5-0.8 s where the fleet's were 1-4.5 s (the run of 2026-11-27 17:54). The builds from
+    before the first loop (A's, made by `vlab up`) stay for both."""
     records = profile.data_dir() / "records"
     for kind in ("exp", "swp"):
         if (records / kind).is_dir():
