@@ -98,8 +98,6 @@ class PlacePool:
         self.lease_timeout_s = lease_timeout_s
         self._closers: dict[int, Callable[[], Awaitable[None]]] = {}
         self._sweeping: dict[tuple[str, str], int] = {}
-        self._holding: set[tuple[str, int]] = set()
-        """(place, session) for each session open on a place (one handed back is not)."""
         self._queued = 0
         """Calls waiting for their first place (`call`)."""
 
@@ -132,7 +130,6 @@ class PlacePool:
             await close()
         if ctx.place is not None:
             await ctx.place.release()
-        self._let_go(ctx.place_name, id(ctx))
 
     async def good_places(self, exclude: Collection[str] = ()) -> list[str]:
         bad = self.health.bad()
@@ -144,11 +141,11 @@ class PlacePool:
         return self._queued
 
     async def idle_places(self) -> list[str]:
-        """Good places nobody holds: no session of this pool's, and not another client (a place
-        a rival loop holds is not free for this pool's next call)."""
-        held = {place for place, _ in self._holding}
+        """Good places nobody holds at the coordinator: neither a session of this pool's (its
+        place stays acquired until released) nor another client (a place a rival loop holds is
+        not free for this pool's next call)."""
         bad = self.health.bad()
-        return [p for p in await self.fleet.free_places() if p not in held and p not in bad]
+        return [p for p in await self.fleet.free_places() if p not in bad]
 
     @contextlib.asynccontextmanager
     async def session(self, *, exclude: Collection[str] = (), prefer: str | None = None,
@@ -167,23 +164,12 @@ class PlacePool:
                 async with open_place(self.home, lease, self) as ctx:
                     why = await self.prove(ctx)
                     if why is None:
-                        self._hold(lease.place, id(ctx))
-                        try:
-                            yield ctx
-                        finally:
-                            self._let_go(lease.place, id(ctx))
+                        yield ctx
                         return
                     self.mark(lease.place, "bad", why)
             finally:
                 await lease.release()
             tried.add(lease.place)
-
-    def _hold(self, place: str, key: int) -> None:
-        self._holding.add((place, key))
-
-    def _let_go(self, place: str | None, key: int) -> None:
-        """hand_back and the session's end may both let it go."""
-        self._holding.discard((place or "", key))
 
     async def prove(self, ctx: LabContext) -> str | None:
         """A place whose board is unknown (a flash it did not come back from; a person cleared
