@@ -153,9 +153,11 @@ async def test_a_catastrophic_regex_cannot_hold_the_server(vlab: VlabLayout,
             t0 = time.monotonic()
             status = await client.call_tool("lab_status", {})
             answered = time.monotonic() - t0
+            # an order, not a time (the host is shared): the answer came while the search ran
+            still_matching = "res" not in searched
         res = searched["res"]
     print(f"\nlab_status answered in {answered * 1000:.0f} ms while (.|.)*Z was matching")
-    assert not status.is_error and answered < 1.0, answered
+    assert not status.is_error and still_matching, answered
     assert res.is_error and "took over" in res.content[0].text  # type: ignore[union-attr]
     calls = [e.call.tool for e in _events(vlab)[before:] if isinstance(e, ToolCalled)]
     assert "source_search" in calls and "lab_status" in calls
