@@ -51,6 +51,17 @@ async def test_baseline_verifies_and_status_reports_it(lab: VlabLayout) -> None:
     assert st["rtt_ms"] < 1000
 
 
+async def test_lab_status_runs_version_only_when_the_profile_says_it_answers(lab: VlabLayout) -> None:
+    """README: `--version` is never run on the DUT unless `[target] prints_git_hash` is set (a
+    new user's lab_status ran it with the key off)."""
+    prof = LabProfile.from_file(lab.lab_toml)
+    quiet = prof.model_copy(update={"target": prof.target.model_copy(update={"prints_git_hash": False})})
+    rec = await call(lab, "lab_status", profile=quiet)
+    assert rec.ok and rec.result is not None, rec.error
+    assert rec.result["target_pid"] and rec.result["running_version"] is None
+    assert (await ok(lab, "lab_status"))["running_version"]  # the vlab's profile declares it
+
+
 async def test_build_is_content_addressed_with_symfs(lab: VlabLayout) -> None:
     first = await ok(lab, "build", {"patches": ["0901"]})
     again = await ok(lab, "build", {"patches": ["0901"]})

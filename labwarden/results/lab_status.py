@@ -44,7 +44,9 @@ class LabStatusOutput(BaseModel):
     rtt_ms: float | None = Field(None, description="one round trip on the command channel")
     target_process: str
     target_pid: int | None
-    running_version: DeviceText | None = Field(None, description="`--version` of the running image")
+    running_version: DeviceText | None = Field(
+        None, description="`--version` of the running image (None unless [target] prints_git_hash: "
+        "it is run only then)")
     board_health: BoardHealth
     health_reason: DeviceProse | None = Field(description="why the board is not good (DUT "
                                               "output quoted)")

@@ -54,7 +54,8 @@ async def run(ctx: LabContext, inp: LabStatusInput) -> LabStatusOutput:
     rtt = round((time.perf_counter() - t0) * 1000, 3)
     proc = await procs.instance(dev, prof.target.process, prof.target.pidfile(prof.target.process))
     version = None
-    if proc is not None:
+    if proc is not None and prof.target.prints_git_hash:  # only a target declared to answer it:
+        # an unknown daemon may treat --version as anything (start a second instance, say)
         version = (await dev.run([f"/proc/{proc.pid}/exe", "--version"], timeout=10)).stdout.strip()
     states = [await k.state() for k in knobs.pinned(dev, prof)]
     radio = knobs.RadioTopology(dev, prof)
