@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from labwarden.cli import transcripts as transcripts_cli
 from labwarden.cli.app import app
 from labwarden.core.call import ToolCallRecord, ToolFailure
 from labwarden.transcripts import GuardDecision, Note, ToolCalled, TranscriptStore, audit, pricing
@@ -17,11 +16,6 @@ from labwarden.transcripts import GuardDecision, Note, ToolCalled, TranscriptSto
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A wide terminal, so table cells are not wrapped mid-word."""
-    for console in (transcripts_cli.out, transcripts_cli.err):
-        monkeypatch.setattr(console, "width", 250)
 PINNED = {"fingerprint_verified": True, "governors": ["performance", "performance"], "boost": "0",
           "stations": 114}
 

@@ -19,9 +19,21 @@ from labwarden.runtime.runner import call_tool, refuse_at_door
 from labwarden.runtime.session import open_lab
 from labwarden.tools import registry
 
-out = Console()
+PIPE_WIDTH = 240
+"""Columns for a console that is no terminal (a pipe, an agent's shell, a log): rich's default
+there is 80, which cut ids and names in tables. A terminal keeps its own width; $COLUMNS wins."""
+
+
+def _console(stderr: bool = False) -> Console:
+    console = Console(stderr=stderr)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = PIPE_WIDTH
+    return console
+
+
+out = _console()
 """Results (stdout)."""
-err = Console(stderr=True)
+err = _console(stderr=True)
 """Failures, progress and notes: never stdout, which carries results (and on stdio, MCP)."""
 
 DEFAULT_LAB = Path(os.environ.get("LABWARDEN_LAB", ".vlab/lab.toml"))
