@@ -380,6 +380,8 @@ def test_a_qlab_place_joins_the_fleet(qlab: Qlab, tmp_path: Path) -> None:
         assert profile.dut.backend == "labgrid" and profile.flash.kind == "sysupgrade"
         assert profile.dut.labgrid is not None and profile.dut.labgrid.places == ["qlab-0"]
         assert profile.dut.labgrid.place_profiles == {"qlab-0": qlab.info.lab_toml}
+        own = LabProfile.from_file(qlab.info.lab_toml).dut.place  # the qlab's own: under its place
+        assert own is not None and (own.name, own.coordinator) == ("qlab-0", info.coordinator)
         cfg = LabgridConfig(**profile.dut.labgrid.model_dump())
 
         async def boot_id_through_the_place() -> tuple[str | None, str]:
@@ -425,6 +427,7 @@ def test_a_qlab_place_joins_the_fleet(qlab: Qlab, tmp_path: Path) -> None:
         qlab_fleet.down(dir, keep_qlabs=True)
     assert not any(alive(pid) for pid in hub_pids.values()) and not (dir / "labgrid").exists()
     assert control.status(qlab.root).up
+    assert LabProfile.from_file(qlab.info.lab_toml).dut.place is None  # on its own again
 
 
 def test_down_leaves_no_qemu(qlab: Qlab) -> None:

@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 from labwarden.cli.common import DEFAULT_LAB, LabOpt, err, fail, fail_on, load_profile
+from labwarden.core.errors import LabError
+from labwarden.runtime.session import refuse_fleet
 from labwarden.server import http
 from labwarden.server.app import build_server
 from labwarden.server.httpdoor import HttpDoor
@@ -27,6 +29,10 @@ def serve(
 ) -> None:
     """Serve every lab tool, resource and prompt over MCP; every call is guarded and logged."""
     profile = load_profile(lab)  # failures go to stderr: on stdio, stdout is the protocol
+    try:
+        refuse_fleet(profile)  # one server drives one DUT: a fleet's is each place's own profile
+    except LabError as exc:
+        fail_on(exc, 2)
     if http_bind is None:
         build_server(profile, client="mcp-stdio", transcript=transcript).run("stdio")
         return

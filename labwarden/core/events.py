@@ -39,6 +39,7 @@ RefusalCode = Literal[
     "unsafe_path",            # outside the allowed roots, symlink escape, prefix look-alike
     "suspect_not_allowed",    # SIGSTOP of something not on the profile's allowlist
     "lease_held",             # another session holds the DUT
+    "place_held",             # someone else holds (or has reserved) the DUT's labgrid place
     "board_unknown",          # a flash failed or was interrupted: only a health check may run
     "board_bad",              # a health check failed: a person must clear it
     "fingerprint_unverified", # measuring or acting on an image nobody verified since the flash

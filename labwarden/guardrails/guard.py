@@ -87,6 +87,23 @@ class Guard:
         if isinstance(name, str) and (why := suspects.problem(prof.target, name)) is not None:
             raise refuse(spec.name, "suspect_not_allowed", why, suspects.REMEDY)
 
+    # -- the labgrid place ---------------------------------------------------------------------
+    async def _hold_place(self, spec: ToolSpec, nested: bool) -> None:
+        """A DUT reached as a labgrid place (a RemotePlace, a fleet's leased place, a place's own
+        profile with [dut.place]) is touched only while this lab holds the place: before any call
+        that touches the DUT, the place is acquired at the coordinator, or confirmed still ours.
+        Held by someone else (or reserved for them): refused, naming them. A nested call runs
+        under its parent's confirmation."""
+        place = self.ctx.device.place
+        if place is None or place.place is None or spec.effect == "host_only" or (nested and place.held):
+            return
+        from labwarden.lab.labgrid import PlaceBusy
+
+        try:
+            await place.hold()
+        except PlaceBusy as exc:
+            raise refuse(spec.name, "place_held", exc.problem, exc.remedy) from None
+
     # -- board health ------------------------------------------------------------------------
     def _health(self, spec: ToolSpec, args: dict[str, Any], state: BoardState) -> None:
         if state.board_health == "bad" and spec.health != "observe":
@@ -172,6 +189,7 @@ class Guard:
         `nested`: a call inside a running one, which already holds the lease: it is not taken
         again (a nested call uses its parent's; taken only if the parent did not need it)."""
         self._inputs(spec, args)
+        await self._hold_place(spec, nested)
         state = state or self.ctx.board.peek()
         self._health(spec, args, state)
         if "fingerprint_verified" in spec.requires and not state.fingerprint_ok():

@@ -70,6 +70,14 @@ class LabgridSection(_Strict):
         return self
 
 
+class PlaceSection(_Strict):
+    """The labgrid place this DUT is (a fleet place's own profile: `vlab up --places`, `qlab up
+    --places`): every call that touches the DUT holds the place at the coordinator first."""
+
+    name: str = Field(examples=["vlab-1"], description="the place's name at the coordinator")
+    coordinator: str = Field(examples=["127.0.0.1:20408"], description="the coordinator HOST:PORT")
+
+
 class DutPaths(_Strict):
     """Absolute paths on the DUT (on a real OpenWrt: /etc/config, /sys, /overlay ...)."""
 
@@ -88,6 +96,7 @@ class DutSection(_Strict):
     backend: Literal["ssh", "labgrid"] = Field(examples=["ssh"])
     ssh: SshSection | None = None
     labgrid: LabgridSection | None = None
+    place: PlaceSection | None = None
     paths: DutPaths = Field(default_factory=DutPaths)
     env: dict[str, str] = Field(
         default_factory=dict, examples=[{"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}],
@@ -105,6 +114,10 @@ class DutSection(_Strict):
     def _backend_present(self) -> DutSection:
         if getattr(self, self.backend) is None:
             raise ValueError(f"backend = \"{self.backend}\" needs a [dut.{self.backend}] section")
+        lg = self.labgrid
+        if self.place is not None and self.backend == "labgrid" and lg is not None and (
+                lg.places or lg.place_match or lg.place_tags):
+            raise ValueError("[dut.place] names one place, and [dut.labgrid] selects a fleet: keep one")
         return self
 
 

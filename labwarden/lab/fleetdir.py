@@ -108,6 +108,43 @@ def fleet_labgrid_section(fleet: FleetProfile, host_key: str) -> str:
             f"host_key = {json.dumps(host_key)}\nplaces = [{places}]\nplace_profiles = {{ {profiles} }}\n")
 
 
+PLACE_MARK = "# -- this DUT is a labgrid place"
+"""The first line of the [dut.place] section a fleet adds to each place's own profile (always
+last in the file: `unbind_place` cuts from here)."""
+
+
+def place_section(place: str, coordinator: str) -> str:
+    """A place's own profile's [dut.place]: which place of which coordinator its DUT is."""
+    return (f"{PLACE_MARK} of a fleet (written by `up --places`, removed by `down`): every call\n"
+            "# that touches the DUT holds the place at the coordinator first, and is refused while\n"
+            "# someone else holds or has reserved it\n"
+            f"[dut.place]\nname = {json.dumps(place)}\ncoordinator = {json.dumps(coordinator)}\n")
+
+
+def bind_place(lab_toml: str | Path, place: str, coordinator: str) -> None:
+    """Append [dut.place] to a place's own profile (replacing one a fleet wrote before): a TOML
+    table may follow the [dut] it belongs to anywhere in the file."""
+    path = Path(lab_toml)
+    text = _unbound(path.read_text())
+    path.write_text(text.rstrip("\n") + "\n\n" + place_section(place, coordinator))
+
+
+def unbind_place(lab_toml: str | Path) -> None:
+    """Remove the [dut.place] a fleet added (the DUT is on its own again); none is fine."""
+    path = Path(lab_toml)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return
+    if PLACE_MARK in text:
+        path.write_text(_unbound(text).rstrip("\n") + "\n")
+
+
+def _unbound(text: str) -> str:
+    at = text.find(PLACE_MARK)
+    return text if at < 0 else text[:at]
+
+
 def place_names(kind: str, n: int) -> list[str]:
     return [f"{kind}-{i}" for i in range(n)]
 

@@ -129,11 +129,17 @@ class LabgridError(LabError):
 class PlaceBusy(LabgridError):
     """The place is acquired by someone else (`holder` is 'host/user' as the coordinator reports it)."""
 
-    def __init__(self, place: str, holder: str, *, ours: bool = False):
+    def __init__(self, place: str, holder: str, *, ours: bool = False, reservation: str | None = None):
         self.place = place
         self.holder = holder
         host, _, user = holder.partition("/")
-        if ours:
+        if reservation is not None:
+            super().__init__(
+                f"place {place} is reserved for {quote(holder)} (user {quote(user)} on host {quote(host)}, "
+                f"reservation {reservation}): the coordinator lets only them acquire it",
+                f"ask {user} to cancel it (`labgrid-client cancel-reservation {reservation}`) or use "
+                "the place, or wait until their reservation ends and retry")
+        elif ours:
             super().__init__(
                 f"place {place} is already acquired by {quote(holder)}, which is this identity: a session "
                 "that never released it (a crash?) or another labwarden running as the same user",
@@ -386,14 +392,20 @@ class PlaceLease:
     def __init__(self, cfg: LabgridConfig, *, place: str | None = None, user: str | None = None,
                  host: str | None = None, reservation: str | None = None):
         self.cfg = cfg
-        env = load_env(cfg)
-        if place is not None and env.remote_place is None:
-            raise LabgridError(f"{cfg.env}: targets.{cfg.target} has no RemotePlace, so no place '{place}'",
-                               "add `RemotePlace: {name: ...}` to the target's resources (for a fleet "
-                               "its name is a template: each lease names its place)")
-        self.place: str | None = place or env.remote_place
-        self.coordinator = env.coordinator(cfg)
+        if not cfg.env and place is not None and cfg.coordinator:  # named outright: `named`
+            self.place: str | None = place
+            self.coordinator = cfg.coordinator
+        else:
+            env = load_env(cfg)
+            if place is not None and env.remote_place is None:
+                raise LabgridError(f"{cfg.env}: targets.{cfg.target} has no RemotePlace, so no place "
+                                   f"'{place}'",
+                                   "add `RemotePlace: {name: ...}` to the target's resources (for a fleet "
+                                   "its name is a template: each lease names its place)")
+            self.place = place or env.remote_place
+            self.coordinator = env.coordinator(cfg)
         self.user, self.host = identity(user, host)
+        self._holding = asyncio.Lock()
         self.reservation = reservation
         self.held = False
         self.lost: str | None = None
@@ -403,10 +415,32 @@ class PlaceLease:
         self._executor: ThreadPoolExecutor | None = None
         self._keepalive: asyncio.Task[None] | None = None
 
+    @classmethod
+    def named(cls, place: str, coordinator: str, *, user: str | None = None,
+              host: str | None = None) -> PlaceLease:
+        """A lease of `place` at `coordinator`, named outright with no env YAML (a fleet place's
+        own profile, [dut.place]): it holds the place; the profile itself says how the DUT is
+        reached, so `endpoint()` is not for it."""
+        return cls(LabgridConfig(env="", target=place, coordinator=coordinator), place=place,
+                   user=user, host=host)
+
     @property
     def holder(self) -> str:
         """How the coordinator names this lease's owner."""
         return f"{self.host}/{self.user}"
+
+    async def hold(self) -> PlaceLease:
+        """Make sure this lease holds its place at the coordinator now: acquire it if not held
+        (PlaceBusy names the holder if someone else has it), else confirm at the coordinator
+        that it is still ours -- a place taken from us (`release --kick`, then acquired by
+        another) raises PlaceBusy naming the new holder, one released from under us is acquired
+        again. What the guard does before every call that touches a place's DUT. Concurrent
+        calls (a server's client sessions) take turns."""
+        async with self._holding:
+            if not self.held:
+                return await self.acquire()
+            await self.run_with_session(self._confirm)
+            return self
 
     def endpoint(self, key_fallback: str | None = None) -> SshEndpoint:
         """The SSH endpoint of the DUT this lease's place exports (resolve_endpoint)."""
@@ -486,6 +520,7 @@ class PlaceLease:
         place = session.places.get(self.place)
         if place is None:
             where = ("a place of the fleet in [dut.labgrid] of the profile" if self.cfg.is_fleet
+                     else "[dut.place] name in the profile" if not self.cfg.env
                      else f"targets.{self.cfg.target}.resources.RemotePlace in {self.cfg.env}")
             raise LabgridError(
                 f"place {self.place} ({where}) does not exist on the coordinator at {self.coordinator}",
@@ -501,6 +536,7 @@ class PlaceLease:
         place = self._place(session)
         if place.acquired:
             raise PlaceBusy(place.name, place.acquired, ours=place.acquired == self.holder)
+        self._not_reserved_for_another(session, place)
         try:
             session.check_matches(place)
         except UserError as exc:
@@ -516,6 +552,7 @@ class PlaceLease:
             place = self._place(session)
             if place.acquired and place.acquired != self.holder:
                 raise PlaceBusy(place.name, place.acquired) from exc
+            self._not_reserved_for_another(session, place)
             raise LabgridError(f"coordinator refused to acquire place {place.name}: {exc.details()}",
                                f"check `labgrid-client -p {place.name} show` and the exporter") from exc
         loop.run_until_complete(session.sync_with_coordinator())
@@ -526,6 +563,31 @@ class PlaceLease:
         if any(entry.extra.get("proxy_required") for entry in entries.values()):
             raise LabgridError(f"place {place.name} exports a resource only reachable through its exporter "
                                "host (an address with %interface)", "export an address reachable from here")
+
+    def _not_reserved_for_another(self, session: Any, place: Any) -> None:
+        """PlaceBusy naming the owner when the place is allocated to someone else's reservation
+        (the coordinator refuses anyone else; read, not polled: a poll would keep it alive)."""
+        token = place.reservation
+        if not token or token == self.reservation:
+            return
+        from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
+
+        found = session.loop.run_until_complete(session.stub.GetReservations(pb2.GetReservationsRequest()))
+        owner = next((r.owner for r in found.reservations if r.token == token), None)
+        if owner is not None and owner != self.holder:
+            raise PlaceBusy(place.name, owner, reservation=token)
+
+    def _confirm(self, session: Any) -> None:
+        """Still ours at the coordinator (hold)? Else PlaceBusy naming the holder, or -- released
+        from under us, free now -- acquired again."""
+        place = self._place(session)
+        if place.acquired == self.holder:
+            return
+        self.held = False  # not ours any more: release() must not touch it
+        self.exported = {}
+        if place.acquired:
+            raise PlaceBusy(place.name, place.acquired)
+        self._acquire(session)
 
     def _release(self, session: Any) -> None:
         import grpc

@@ -19,7 +19,16 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from labwarden.lab import hub
-from labwarden.lab.fleetdir import FleetDir, FleetProfile, FleetRecord, env_yaml, place_names, place_progress
+from labwarden.lab.fleetdir import (
+    FleetDir,
+    FleetProfile,
+    FleetRecord,
+    bind_place,
+    env_yaml,
+    place_names,
+    place_progress,
+    unbind_place,
+)
 from labwarden.qlab import control, firmware, image, profile_writer
 from labwarden.qlab.layout import QlabLayout
 
@@ -87,6 +96,8 @@ def join(root: str | Path, qlabs: dict[str, control.QlabInfo],
     hub_info = hub.up(fleet.hub, [hub.HubPlace(name=name, port=int(q.ssh.rsplit(":", 1)[1]),
                                                tags={"fleet": "qlab"}) for name, q in qlabs.items()])
     _record(fleet, hub_info.coordinator, {n: q.root for n, q in qlabs.items()})
+    for name, q in qlabs.items():  # each qlab's own profile: touched only under its place
+        bind_place(q.lab_toml, name, hub_info.coordinator)
     img = image.ensure()
     fleet.env_yaml.write_text(env_yaml(names[0], Path(img.client_key)))
     first = QlabLayout.at(qlabs[names[0]].root)
@@ -112,6 +123,8 @@ def down(root: str | Path, *, keep_qlabs: bool = False) -> list[int]:
     record = fleet.record()
     dirs = list(record.places.values()) if record else [
         str(p) for p in fleet.root.glob("qlab-*") if p.is_dir()]
+    for qlab in dirs:
+        unbind_place(QlabLayout.at(qlab).lab_toml)  # on its own again (kept, or for its next up)
     for qlab in [] if keep_qlabs else dirs:
         stopped += control.down(qlab)
     for path in (fleet.record_file, fleet.env_yaml, fleet.lab_toml):

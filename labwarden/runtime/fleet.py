@@ -279,6 +279,11 @@ def place_profile(home: LabProfile, place: str) -> LabProfile:
     if not path.is_absolute() and home.source:
         path = Path(home.source).parent / path
     own = LabProfile.from_file(path)
+    if own.dut.place is not None and own.dut.place.name != place:  # its DUT is another place's
+        raise LabError(f"{path}: [dut.place] name is {own.dut.place.name}, and the fleet's "
+                       f"place_profiles names it for place {place}",
+                       "fix [dut.labgrid] place_profiles in the fleet's profile, or the place's [dut.place]",
+                       kind="invalid_input")
     lab = home.lab.model_copy(update={"data_dir": str(home.data_dir())})
     wide = {k: getattr(home, k) for k in FLEET_WIDE}
     if own.decision.parity_check:  # the rule is the fleet's, its DUT-side check the place's: on

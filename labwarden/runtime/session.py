@@ -51,11 +51,32 @@ def local_principal(user: str | None = None) -> str:
     return f"local:{user or login_name()}"
 
 
+def refuse_fleet(profile: LabProfile) -> None:
+    """LabError when the profile names a fleet: a lab session (call, serve, a playbook) runs on
+    one DUT. Its env names a template place, and a vlab fleet's DUT side is per place: one session
+    on it would silently run on the template's place with the wrong paths."""
+    lg = profile.dut.labgrid
+    if profile.dut.backend == "labgrid" and lg is not None and (lg.places or lg.place_match or lg.place_tags):
+        raise LabError(
+            f"{profile.source or 'the profile'} names a fleet ([dut.labgrid] places, place_match or "
+            "place_tags): a lab session runs on one place",
+            "run `labwarden loop --lab PROFILE` (it spreads experiments over the places), or point "
+            "--lab at one place's own profile ([dut.labgrid] place_profiles: each holds its place at "
+            "the coordinator for every call that touches its DUT)")
+
+
 @contextlib.asynccontextmanager
 async def open_device(profile: LabProfile, user: str | None = None, *,
                       connect: bool = True) -> AsyncIterator[Device]:
     """The DUT the profile names (its labgrid place acquired first, if any); `connect=False`
-    connects only when something first asks the DUT."""
+    connects only when something first asks the DUT.
+
+    A fleet place's own profile ([dut.place]) gets a lease of that place, not acquired here:
+    the guard holds it at the coordinator before every call that touches the DUT (and refuses
+    the call, naming the holder, when someone else has it); released when the device closes.
+    Its DUT connection opens only when a call first asks the DUT -- after the guard held the
+    place."""
+    refuse_fleet(profile)
     async with contextlib.AsyncExitStack() as stack:
         place = None
         if profile.dut.backend == "labgrid":
@@ -64,20 +85,22 @@ async def open_device(profile: LabProfile, user: str | None = None, *,
 
             assert profile.dut.labgrid is not None
             cfg = LabgridConfig(**profile.dut.labgrid.model_dump())
-            if cfg.is_fleet:
-                # its env names a template place, and a vlab fleet's DUT side is per place: one
-                # session on it would silently run on the template's place with the wrong paths
-                raise LabError(
-                    f"{profile.source or 'the profile'} names a fleet ([dut.labgrid] places, place_match or "
-                    "place_tags): a lab session runs on one place",
-                    "run `labwarden loop --lab PROFILE` (it spreads experiments over the places), or point "
-                    "--lab at one place's own profile ([dut.labgrid] place_profiles)")
             lease = PlaceLease(cfg, user=user)
+            if lease.place is not None and profile.dut.place is not None:
+                raise LabError(f"{profile.source or 'the profile'}: [dut.place] names place "
+                               f"{profile.dut.place.name} and the env's RemotePlace names {lease.place}",
+                               "keep one: the RemotePlace (held for the session) or [dut.place]")
             await stack.enter_async_context(lease)  # acquired for the session, released after
             endpoint = lease.endpoint()
             place = lease
         else:
             endpoint = profile.ssh_endpoint()
+        if (place is None or place.place is None) and profile.dut.place is not None:
+            from labwarden.lab.labgrid import PlaceLease
+
+            place = PlaceLease.named(profile.dut.place.name, profile.dut.place.coordinator, user=user)
+            stack.push_async_callback(place.release)  # only if held: never someone else's
+            connect = False  # not before the guard holds the place
         device = Device(endpoint, env=profile.dut.env, unreachable_remedy=unreachable_remedy(profile))
         device.place = place
         if connect:

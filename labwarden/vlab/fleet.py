@@ -19,10 +19,12 @@ from labwarden.lab.fleetdir import (
     FleetDir,
     FleetProfile,
     FleetRecord,
+    bind_place,
     cpus_for,
     env_yaml,
     place_names,
     place_progress,
+    unbind_place,
 )
 from labwarden.vlab import control, firmware, profile_writer
 from labwarden.vlab.layout import VlabLayout
@@ -67,6 +69,8 @@ def up(root: str | Path, places: int, patches: list[str] | None = None,
         hub_info = hub.up(fleet.hub, [hub.HubPlace(name=name, port=int(v.ssh.rsplit(":", 1)[1]),
                                                    tags={"fleet": "vlab"}) for name, v in vlabs.items()])
         _record(fleet, hub_info.coordinator, {n: v.root for n, v in vlabs.items()})
+        for name, v in vlabs.items():  # each DUT's own profile: touched only under its place
+            bind_place(v.lab_toml, name, hub_info.coordinator)
         first = VlabLayout.at(vlabs[names[0]].root)
         fleet.env_yaml.write_text(env_yaml(names[0], first.client_key))
         manifest, _cached = firmware.build(first, patches)
@@ -113,6 +117,7 @@ def down(root: str | Path) -> list[int]:
         str(p) for p in fleet.root.glob("vlab-*") if p.is_dir()]
     for vlab in dirs:
         stopped += control.down(vlab)
+        unbind_place(VlabLayout.at(vlab).lab_toml)
     for path in (fleet.record_file, fleet.env_yaml, fleet.lab_toml):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()

@@ -39,8 +39,9 @@ class Device:
         self._commands = Commands(self._connection, env)
         self._files = Files(self._connection, self._commands)
         self.place: Any = None
-        """The labgrid PlaceLease this DUT is reached through (None over plain SSH): flash and
-        power drivers act through it."""
+        """The labgrid PlaceLease this DUT is reached through, or whose place it is ([dut.place]);
+        None for a DUT of no place. The guard holds it before every call that touches the DUT;
+        flash and power drivers act through it."""
 
     @property
     def endpoint(self) -> SshEndpoint:
