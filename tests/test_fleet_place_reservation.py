@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -24,6 +25,7 @@ import pytest
 from mcp import Client
 
 from labwarden.lab.config import LabProfile
+from labwarden.lab.hub import free_port
 from labwarden.server.app import build_server
 from labwarden.vlab import control
 from labwarden.vlab import fleet as vlab_fleet
@@ -192,9 +194,19 @@ async def test_a_rival_hold_refuses_the_place_profile_over_mcp(fleet: vlab_fleet
     assert await held() is None  # the server stopped: released
 
 
-def test_serve_on_the_fleet_profile_says_error_and_remedy(fleet: vlab_fleet.FleetInfo) -> None:
+def test_serve_on_the_fleet_profile_says_error_and_remedy(fleet: vlab_fleet.FleetInfo,
+                                                          tmp_path: Path) -> None:
     res = cli("serve", "--lab", fleet.lab_toml)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     text = " ".join(res.stderr.split())
     assert "error:" in text and "names a fleet" in text, text
     assert "remedy:" in text and "labwarden loop --lab PROFILE" in text, text
+    # a lab that cannot be opened as the server starts (its one RemotePlace's coordinator is not
+    # there) says so the same way, not through the server's task groups' traceback
+    one = re.sub(r"(?m)^(places|place_profiles) = .*\n", "", Path(fleet.lab_toml).read_text())
+    one = re.sub(r'(?m)^coordinator = .*$', f'coordinator = "127.0.0.1:{free_port()}"', one)
+    (tmp_path / "one.toml").write_text(one)
+    res = cli("serve", "--lab", str(tmp_path / "one.toml"))
+    text = " ".join(res.stderr.split())
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "error: cannot reach the labgrid coordinator" in text and "remedy:" in text, text

@@ -34,7 +34,12 @@ def serve(
     except LabError as exc:
         fail_on(exc, 2)
     if http_bind is None:
-        build_server(profile, client="mcp-stdio", transcript=transcript).run("stdio")
+        try:
+            build_server(profile, client="mcp-stdio", transcript=transcript).run("stdio")
+        except BaseException as exc:  # opening the lab failed (a place held, no coordinator...)
+            if (lab_error := _lab_error(exc)) is None:
+                raise
+            fail_on(lab_error)
         return
     try:
         host, port = http.parse_bind(http_bind)
@@ -53,3 +58,15 @@ def serve(
                    server)
     err.print(f"labwarden MCP on http://{host}:{port}/mcp" + (" (bearer auth)" if verifier else ""))
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def _lab_error(exc: BaseException) -> LabError | None:
+    """The LabError that stopped the server, also from inside the task groups it runs in (the
+    lab opens in its lifespan); None for anything else."""
+    if isinstance(exc, LabError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            if (found := _lab_error(sub)) is not None:
+                return found
+    return None
