@@ -102,7 +102,7 @@ LIGHT_MODULES = frozenset({
     "test_devtext_results", "test_docs", "test_door_logging", "test_dut_off",
     "test_dut_protocol", "test_fleet_health_cli", "test_fleet_place_reservation", "test_fleet_places",
     "test_guard_corpus",
-    "test_http_sessions", "test_id_paths", "test_judge_parts", "test_kstat", "test_labgrid",
+    "test_http_sessions", "test_id_paths", "test_judge_parts", "test_kstat", "test_lab_check", "test_labgrid",
     "test_layers", "test_layers_cli", "test_mcp_resources", "test_mcp_server",
     "test_mcp_stdio", "test_portable_dut", "test_power_cycle", "test_prompt_tools",
     "test_protected_paths", "test_qlab_clock", "test_readme_profiles", "test_records",

@@ -5,19 +5,31 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 
-from labwarden.cli.common import DEFAULT_LAB, LabOpt, fail, fail_on, load_profile, out
+from labwarden.cli.common import (
+    DEFAULT_LAB,
+    JsonOpt,
+    LabOpt,
+    err,
+    fail,
+    fail_on,
+    load_profile,
+    out,
+)
 from labwarden.core.errors import LabError
 from labwarden.core.placehealth import NotBad
 from labwarden.lab.boardstate import BoardState
 from labwarden.runtime import placeadmin
 from labwarden.runtime.fleet import is_fleet
 
-app = typer.Typer(help="Lab administration by a person (board health, a fleet's place health).",
+app = typer.Typer(help="Lab administration by a person: check a profile and its DUT, write a "
+                  "starting profile, the profile's schema, board health, a fleet's place health.",
                   no_args_is_help=True)
 PlaceOpt = Annotated[str | None, typer.Option("--place", help="on a fleet's profile: the place "
                                               "to clear (`lab health` lists them)")]
@@ -91,3 +103,48 @@ def clear_bad(lab: LabOpt = DEFAULT_LAB,
         + "; run a health check"
     state.save(data_dir)
     out.print(f"board: unknown ({escape(state.health_reason)})")
+
+
+@app.command("schema")
+def schema(out_file: Annotated[Path | None, typer.Option(
+        "--out", help="write the schema to this file (default: print it)")] = None) -> None:
+    """Print (or write) the JSON Schema of lab.toml, generated from the profile's model: for an
+    editor (taplo, Even Better TOML) to complete and check a profile as it is written."""
+    from labwarden.lab.schema import schema_text
+
+    text = schema_text()
+    if out_file is None:
+        typer.echo(text, nl=False)
+        return
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_text(text)
+    err.print(f"wrote {out_file}")
+
+
+@app.command("check")
+def check(profile: Annotated[Path, typer.Argument(help="the lab profile (TOML) to check")],
+          json_out: JsonOpt = False,
+          skip_build: Annotated[bool, typer.Option("--skip-build", help="do not run the build "
+                                                   "command (it is a real, confined build)")] = False,
+          ) -> None:
+    """Check a lab profile and the lab it describes, one row per check with its remedy: the
+    schema (every invalid key), then the DUT -- SSH and its host key, the shell, perf,
+    tracefs/uprobes (when declared), the target running, `--version` (when [target]
+    prints_git_hash), the flash path (not run) -- then the build command, confined, and [build]
+    artifacts in its output. Exit code 0 when every row is ok or skipped, 1 on a problem."""
+    from labwarden.lab import check as checks
+
+    report = asyncio.run(checks.check(profile, build=not skip_build))
+    if json_out:
+        out.print_json(report.model_dump_json())
+    else:
+        table = Table("check", "state", "detail", "remedy")
+        colour = {"ok": "green", "problem": "red", "skipped": "yellow"}
+        for row in report.rows:
+            detail = escape(row.detail) + "".join(f"\n  {escape(ln)}" for ln in row.lines)
+            table.add_row(row.check, f"[{colour[row.status]}]{row.status}[/{colour[row.status]}]",
+                          detail, escape(row.remedy or ""))
+        out.print(table)
+        n = len(report.problems())
+        out.print("every check passed" if report.ok else f"{n} problem(s): see each remedy")
+    raise typer.Exit(0 if report.ok else 1)

@@ -287,8 +287,17 @@ def _package(recipe: BuildRecipe, out: Path, key: str, base: str, git_hash: str,
     for name, rel in recipe.artifacts.items():
         built = out / "out" / name
         if built.is_symlink() or not built.is_file():  # the build's files are the build's to name
-            raise BuildError("package", [f"the build did not produce {name} (a regular file)"],
-                             "check [build] artifacts in the lab profile")
+            try:
+                top = sorted(f.name for f in (out / "out").iterdir())
+            except OSError:
+                top = []
+            raise BuildError("package", [
+                f"the build did not produce {name} (a regular file): looked for {{out}}/{name}, "
+                "{out} being the build's output dir",
+                f"{{out}} holds at its top: {', '.join(top[:20]) or 'nothing'}"
+                + (f" (and {len(top) - 20} more)" if len(top) > 20 else "")],
+                "check [build] artifacts in the lab profile: each key is a file the build "
+                "command writes under {out} (a path relative to it)")
         dest = stage / rel.lstrip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
         bid = elfsym.build_id(built)
