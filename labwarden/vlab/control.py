@@ -23,7 +23,7 @@ from labwarden.lab import uci
 from labwarden.lab.host import cpupin
 from labwarden.lab.host.stasim import LoadError, StasimLoad
 from labwarden.lab.statedir import torn_down_on_failure
-from labwarden.vlab import firmware, procs, profile_writer, rpc, tuning
+from labwarden.vlab import confine, firmware, procs, profile_writer, rpc, tuning
 from labwarden.vlab.layout import SERVICES, VlabLayout
 
 TOOLCHAIN = ("gcc", "make", "git", "strip", "objcopy", "tar")
@@ -137,8 +137,9 @@ def up(root: str | os.PathLike[str], port: int = 0, patches: list[str] | None = 
     if pid is not None:
         layout.dutd_pid.unlink()
         notes.append(f"removed stale pid file (dutd pid {pid} was not running)")
-        # a dutd killed outright leaves its services running (confine.py says why): stop them,
-        # or the old stad would answer on the new one's socket
+        # a dutd killed outright may leave its services running (unconfined, or a service that
+        # outlived its namespace): stop them, or the old stad would answer on the new one's
+        # socket (the new dutd empties the services' cgroups too)
         orphans = [p for p in procs.processes_under(layout.root) if procs.stop(p, timeout=2)]
         if orphans:
             notes.append(f"stopped {len(orphans)} process(es) the dead dutd left running: "
@@ -227,6 +228,7 @@ def down(root: str | os.PathLike[str]) -> list[int]:
     for pid in procs.processes_under(layout.root):  # orphans of a killed daemon
         if procs.stop(pid, timeout=2):
             stopped.append(pid)
+    stopped += confine.end_leftovers(layout)  # and all they started (their cgroups)
     for name in SERVICES:
         with contextlib.suppress(FileNotFoundError):
             (layout.run_dir / f"{name}.pid").unlink()

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 
+from labwarden.core.errors import LabError
 from labwarden.vlab import sshd, tuning
 from labwarden.vlab.layout import VlabLayout
 from labwarden.vlab.supervisor import ProcessManager
@@ -34,11 +35,16 @@ async def serve(layout: VlabLayout, port: int) -> int:
     loop.add_signal_handler(signal.SIGHUP, reboot.set)
 
     registry = sshd.SessionRegistry()
-    pm = ProcessManager(layout)
+    try:
+        pm = ProcessManager(layout)  # leases the services' uids for this process's life
+    except LabError as exc:
+        log.error("cannot confine the DUT's services: %s (%s)", exc.problem, exc.remedy)
+        return 2
     try:
         acceptor = await sshd.listen(layout, port, registry)
     except OSError as exc:
         log.error("cannot listen on 127.0.0.1:%d: %s", port, exc.strerror or exc)
+        pm.close()
         return 2
     await pm.start_all()
     bound = acceptor.sockets[0].getsockname()[1]
@@ -67,6 +73,7 @@ async def serve(layout: VlabLayout, port: int) -> int:
         acceptor.close()
         registry.drop_all()
         await pm.stop_all()
+        pm.close()
         with contextlib.suppress(FileNotFoundError):
             layout.ssh_port_file.unlink()
         log.info("down")

@@ -148,6 +148,14 @@ class Cgroup:
             dirs.append(mem)
         return group
 
+    @classmethod
+    def existing(cls, name: str) -> Cgroup | None:
+        """The cgroup `name` as another process made it, by its cgroup2 directory alone (enough
+        to list, kill and remove its processes); None when there is none."""
+        unified = _unified()
+        path = unified / "labwarden" / name if unified is not None else None
+        return cls(name, [path]) if path is not None and path.is_dir() else None
+
     def enter(self, argv: list[str]) -> list[str]:
         """`argv` run inside this cgroup from its first instruction: a shell joins every
         hierarchy, then execs it (joining after the start would let a fast fork escape)."""
