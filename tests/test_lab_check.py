@@ -22,9 +22,9 @@ import pytest
 from typer.testing import CliRunner
 
 from labwarden.cli.app import app
-from labwarden.lab import check as checks
 from labwarden.lab.config import LabProfile
 from labwarden.lab.schema import REPO_PATH, profile_schema, schema_text
+from labwarden.runtime import labcheck as checks
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from labwarden.vlab import stockssh

@@ -132,7 +132,7 @@ def check(profile: Annotated[Path, typer.Argument(help="the lab profile (TOML) t
     tracefs/uprobes (when declared), the target running, `--version` (when [target]
     prints_git_hash), the flash path (not run) -- then the build command, confined, and [build]
     artifacts in its output. Exit code 0 when every row is ok or skipped, 1 on a problem."""
-    from labwarden.lab import check as checks
+    from labwarden.runtime import labcheck as checks
 
     report = asyncio.run(checks.check(profile, build=not skip_build))
     if json_out:

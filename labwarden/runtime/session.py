@@ -11,22 +11,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import getpass
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from labwarden.core.errors import LabError
+from labwarden.core.events import Note
 from labwarden.guardrails.context import GuardContext
 from labwarden.guardrails.guard import Guard
 from labwarden.guardrails.lease import holder_name
-from labwarden.lab.config import LabProfile
+from labwarden.lab.config import LabProfile, ProfileError
 from labwarden.lab.dut.device import Device
 from labwarden.lab.reach import unreachable_remedy
+from labwarden.runtime import profile_reload
 from labwarden.runtime.runner import RUNNER_DOOR
 from labwarden.tools.context import LabContext, ProgressFn, no_progress
 from labwarden.transcripts.store import TranscriptStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -171,6 +177,8 @@ class LabHub:
         self.transcript = transcript
         self._sessions: dict[str, tuple[LabSession, contextlib.AsyncExitStack]] = {}
         self._lock = asyncio.Lock()
+        self._watch = profile_reload.ProfileWatch.of(profile)
+        self._old_devices: list[Device] = []
 
     @property
     def data_dir(self) -> Path:
@@ -196,6 +204,54 @@ class LabHub:
             self._sessions[key] = (ctx, stack)
             return ctx
 
+    def reload_profile(self) -> str | None:
+        """Pick up an edited profile file (runtime/profile_reload.py): validated first; a valid
+        one replaces the profile of the hub and of every open session (and the DUT connection
+        when [dut.ssh] changed), an invalid one is refused and the one in use kept. Either way
+        the change is a Note in every open session. Returns the note (None: nothing changed)."""
+        digest = self._watch.changed()
+        if digest is None or self._watch.path is None:
+            return None
+        path, old = self._watch.path, self.profile
+        try:
+            new = LabProfile.from_file(path)
+            why = profile_reload.cannot_apply(
+                old, new, lease_held=any(s.guard is not None and s.guard.lease.held
+                                         for s, _ in self._sessions.values()))
+        except ProfileError as exc:
+            why = "it is not valid:\n  - " + "\n  - ".join(exc.problems)
+        if why is not None:
+            self._watch.refused = digest
+            text = f"lab profile {path} changed; the change is refused and the profile in use kept: {why}"
+            log.warning("%s", text)
+        else:
+            sections = profile_reload.changed_sections(old, new)
+            self._apply(new, dut_changed="dut" in sections)
+            self._watch.digest, self._watch.refused = digest, None
+            text = (f"lab profile {path} reloaded: [{'], ['.join(sections)}] changed; the next "
+                    "calls use it" if sections else f"lab profile {path} rewritten, same values")
+        for ctx, _ in self._sessions.values():
+            with contextlib.suppress(Exception):  # a full disk must not stop the server
+                ctx.log(Note(author=profile_reload.AUTHOR, text=text))
+        return text
+
+    def _apply(self, new: LabProfile, *, dut_changed: bool) -> None:
+        if dut_changed:  # ssh backend only (cannot_apply): a new connection to the new address
+            self._old_devices.append(self.device)
+            self.device = Device(new.ssh_endpoint(), env=new.dut.env,
+                                 unreachable_remedy=unreachable_remedy(new))
+        self.profile = new
+        for ctx, _ in self._sessions.values():
+            ctx.profile, ctx.device = new, self.device
+            if dut_changed:
+                ctx.facts.clear()  # what it learnt was about the other DUT
+            if ctx.guard is not None:
+                g = ctx.guard
+                g.ctx = dataclasses.replace(g.ctx, profile=new, device=self.device)
+                g.budget.limits = new.policy.budgets
+                g.flashes.limit = new.policy.budgets.flashes_per_hour
+                g.lease.dev, g.lease.ttl_s = self.device, new.policy.lease_ttl_s
+
     async def close(self, key: str) -> None:
         """End the session of `key` (its client left): clean-ups, lease, session_ended, anchor."""
         found = self._sessions.pop(key, None)
@@ -206,6 +262,9 @@ class LabHub:
         for key in list(self._sessions):
             with contextlib.suppress(Exception):
                 await self.close(key)
+        for dev in [*self._old_devices, self.device]:  # open_device closes the first one only
+            with contextlib.suppress(Exception):
+                await dev.close()
 
 
 @contextlib.asynccontextmanager

@@ -46,6 +46,7 @@ async def lab_for(rc: ServerRequestContext[Any, Any]) -> LabSession:
     hub: LabHub = rc.lifespan_context.hub
     key, principal, mcp_sid = identity(rc, hub)
     lab = await hub.session(key, principal=principal, mcp_session_id=mcp_sid)
+    hub.reload_profile()  # an edited profile: validated, then used (or refused), noted in `lab`
     conn = _connection(rc)
     if mcp_sid is not None and conn is not None and conn.state.get(_STATE_KEY) != key:
         conn.state[_STATE_KEY] = key

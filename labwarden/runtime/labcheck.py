@@ -34,6 +34,7 @@ from labwarden.lab.dut import procs, uprobes
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.errors import DeviceError, HostKeyMismatch, Unreachable
 from labwarden.lab.host import builder, builds
+from labwarden.runtime.session import open_device
 
 Status = Literal["ok", "problem", "skipped"]
 HASH = re.compile(r"\b[0-9a-f]{7,40}\b")
@@ -261,8 +262,6 @@ async def _flash_row(prof: LabProfile, dev: Device) -> CheckRow:
 
 async def dut_rows(prof: LabProfile) -> list[CheckRow]:
     """The DUT's rows: SSH first; the rest only once SSH answers (each then says its own)."""
-    from labwarden.runtime.session import open_device  # runtime sits above lab/
-
     try:
         opened = open_device(prof, connect=False)
         dev = await opened.__aenter__()
