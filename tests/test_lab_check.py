@@ -195,3 +195,42 @@ async def test_a_build_that_fails(flashed: tuple[stockssh.StockSsh, Path]) -> No
     fixed = _variant(lab, "build", lambda t: t)  # the remedy: fix what the lines name
     assert (await checks.check(fixed)).ok
 
+
+
+def test_init_writes_a_profile_that_checks(flashed: tuple[stockssh.StockSsh, Path],
+                                           tmp_path: Path) -> None:
+    """`lab init` against the stock DUT: the profile validates, every guess is commented, the
+    busy daemon is among the candidates; given the target, its SSH/shell/target rows pass."""
+    server, lab = flashed
+    ep = server.endpoint()
+    repo = LabProfile.from_file(lab).build.repo
+    guessed = tmp_path / "guessed.toml"
+    runner = CliRunner()
+    res = runner.invoke(app, ["lab", "init", "--ssh", f"root@127.0.0.1:{ep.port}", "--repo", repo,
+                              "--key", ep.key, "--out", str(guessed), "--json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output)
+    assert got["target"] == "logfilt", got  # the busiest process the repo's Makefile names
+    text = guessed.read_text()
+    prof = LabProfile.from_file(guessed)  # it validates
+    assert prof.dut.ssh and prof.dut.ssh.host_key and prof.dut.ssh.host_key.split()[:2] == \
+        (ep.host_key or "").split()[:2]
+    assert prof.build.command[:2] == ["make", "O={out}"] and "GIT_HASH={git_hash}" in prof.build.command
+    assert text.count("a guess") >= 3 and "labwarden lab check" in text
+
+    chosen = tmp_path / "lab.toml"
+    res = runner.invoke(app, ["lab", "init", "--ssh", f"root@127.0.0.1:{ep.port}", "--repo", repo,
+                              "--key", ep.key, "--out", str(chosen), "--target", "logfilt"])
+    assert res.exit_code == 0, res.output
+    assert "next: labwarden lab check" in res.output
+    prof = LabProfile.from_file(chosen)
+    assert prof.target.process == "logfilt"
+    assert list(prof.build.artifacts) == ["logfilt"]
+    assert prof.build.artifacts["logfilt"].endswith("rootfs/usr/sbin/logfilt")
+    res = runner.invoke(app, ["lab", "check", str(chosen), "--json", "--skip-build"])
+    rows = {r["check"]: r for r in json.loads(res.output)["rows"]}
+    for name in ("schema", "ssh", "shell", "target"):
+        assert rows[name]["status"] == "ok", rows[name]
+    again = runner.invoke(app, ["lab", "init", "--ssh", f"root@127.0.0.1:{ep.port}", "--repo",
+                                repo, "--key", ep.key, "--out", str(chosen)])
+    assert again.exit_code == 1 and "--force" in again.output  # never overwritten silently

@@ -148,3 +148,34 @@ def check(profile: Annotated[Path, typer.Argument(help="the lab profile (TOML) t
         n = len(report.problems())
         out.print("every check passed" if report.ok else f"{n} problem(s): see each remedy")
     raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command("init")
+def init(ssh: Annotated[str, typer.Option("--ssh", help="the DUT's SSH address: USER@HOST[:PORT]")],
+         repo: Annotated[Path, typer.Option("--repo", help="the firmware's git repository")],
+         out_file: Annotated[Path, typer.Option("--out", help="where to write the profile")
+                             ] = Path("lab.toml"),
+         key: Annotated[Path | None, typer.Option("--key", help="private key the DUT accepts "
+                                                  "(default: ~/.ssh/id_ed25519, id_ecdsa or "
+                                                  "id_rsa; the ssh agent is not used)")] = None,
+         target: Annotated[str | None, typer.Option("--target", help="the process to measure "
+                                                    "(default: guessed, the busiest)")] = None,
+         force: Annotated[bool, typer.Option("--force", help="overwrite --out")] = False,
+         json_out: JsonOpt = False) -> None:
+    """Write a starting lab profile by probing the DUT over SSH (its host key, pinned on first
+    use; the shell, busybox, perf, tracefs, sysupgrade; the processes that could be the target)
+    and the repo (a build command from its Makefile). Every guessed value is commented as a
+    guess; the profile validates. Then run `labwarden lab check` on it."""
+    from labwarden.runtime import labinit
+
+    try:
+        result = asyncio.run(labinit.init(ssh, repo, out_file, key=key, target=target, force=force))
+    except LabError as exc:
+        fail_on(exc, 1)
+    if json_out:
+        out.print_json(result.model_dump_json())
+        return
+    out.print(f"wrote {escape(result.path)} (target: {escape(result.target)})", soft_wrap=True)
+    for guess in result.guesses:
+        out.print(f"  guessed: {escape(guess)}", soft_wrap=True)
+    out.print(f"next: labwarden lab check {escape(result.path)}", soft_wrap=True)

@@ -34,6 +34,7 @@ from labwarden.lab.dut import procs, uprobes
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.errors import DeviceError, HostKeyMismatch, Unreachable
 from labwarden.lab.host import builder, builds
+from labwarden.runtime.labinit import HOST_KEY_ALGS
 from labwarden.runtime.session import open_device
 
 Status = Literal["ok", "problem", "skipped"]
@@ -101,7 +102,8 @@ async def _presented_key(host: str, port: int, alg: str | None = None) -> str | 
     logging in; None if it cannot be read."""
     try:
         key = await asyncio.wait_for(asyncssh.get_server_host_key(
-            host, port, config=None, server_host_key_algs=[alg] if alg else ()), 10)
+            host, port, config=None, server_host_key_algs=[alg] if alg else list(HOST_KEY_ALGS)),
+            10)
     except (OSError, asyncssh.Error, ValueError):
         return None
     return key.export_public_key().decode().split("\n")[0].strip() if key is not None else None
