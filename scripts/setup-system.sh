@@ -24,6 +24,8 @@ need qemu-aarch64 qemu-user
 need unshare util-linux
 # bubblewrap: every build of agent-written code runs confined (lab/host/sandbox.py)
 need bwrap bubblewrap
+# libseccomp: a build may not make a user namespace (a seccomp filter, lab/host/seccomp.py)
+ldconfig -p 2>/dev/null | grep -q "libseccomp\.so\.2 " || missing="$missing libseccomp2"
 # traffic studies: iperf3 is the load, nftables the rule sets (tests: two host namespaces
 # joined by a veth pair, tests/netns_traffic.py)
 need iperf3 iperf3; need nft nftables

@@ -141,8 +141,20 @@ class BuildSection(_Strict):
     timeout_s: float = Field(600, gt=0, le=86_400, examples=[600], description="how long one "
                              "build command may run (confined: lab/host/sandbox.py); then its "
                              "processes are killed")
-    memory_mb: int = Field(4096, ge=256, examples=[4096], description="address-space limit of "
-                           "each process of a build")
+    memory_mb: int = Field(4096, ge=256, examples=[4096], description="memory of a build as a "
+                           "whole (every process together, its private /tmp's files included; "
+                           "the kernel kills the build past it); was each process's address "
+                           "space before builds had cgroups")
+    max_procs: int = Field(1024, ge=64, le=65_536, examples=[1024], description="processes and "
+                           "threads of a build as a whole (a fork past it is refused)")
+    disk_mb: int = Field(8192, ge=64, examples=[8192], description="what a build's worktree "
+                         "(/build/src) and output dir (/build/out) may hold together, and so its "
+                         "largest file; the build is killed past it")
+    tmp_mb: int = Field(1024, ge=16, examples=[1024], description="size of a build's private "
+                        "/tmp (a tmpfs: its files count in memory_mb too)")
+    log_mb: int = Field(64, ge=1, examples=[64], description="how much of a build's output "
+                        "build.log keeps (the rest is dropped; the last 256 KiB are kept and "
+                        "returned)")
     readonly_paths: list[str] = Field(default_factory=list, description="host paths a build may "
                                       "read besides /usr (a cross toolchain outside /usr: its "
                                       "bin/ goes on the build's PATH); the build sees nothing "

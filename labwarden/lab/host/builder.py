@@ -93,6 +93,9 @@ def recipe_of(section: BuildSection, rootfs: str) -> BuildRecipe:
                        strip=section.strip,
                        limits=sandbox.Limits(timeout_s=section.timeout_s,
                                              memory_mb=section.memory_mb,
+                                             max_procs=section.max_procs,
+                                             disk_mb=section.disk_mb, tmp_mb=section.tmp_mb,
+                                             log_mb=section.log_mb,
                                              readonly_paths=[Path(p).expanduser()
                                                              for p in section.readonly_paths]))
 
@@ -221,6 +224,10 @@ def build(recipe: BuildRecipe, patches: list[str] | None = None, ref: str = "HEA
             raise BuildError("compile", [f"ran past [build] timeout_s = "
                                          f"{recipe.limits.timeout_s:g} s; its processes were killed"],
                              "make the build faster, or raise [build] timeout_s", kind="timeout")
+        if res.returncode != 0 and res.limits_hit:  # refused by a limit: which, and its key
+            tail = [ln for ln in res.output.splitlines() if ln.strip()][-10:]
+            raise BuildError("compile", [h.line for h in res.limits_hit] + tail,
+                             "; ".join(h.remedy for h in res.limits_hit))
         if res.returncode != 0:
             lines = res.output.splitlines()
             # the compiler's error lines; when only make's own summary says "Error", the tail
