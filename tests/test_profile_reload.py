@@ -30,8 +30,9 @@ pytestmark = pytest.mark.anyio
 async def _status(client: Client) -> dict[str, Any]:
     res = await client.call_tool("lab_status", {})
     assert not res.is_error, res.content
-    assert res.structured_content is not None
-    return res.structured_content
+    got: dict[str, Any] | None = res.structured_content
+    assert got is not None
+    return got
 
 
 def _edit(path: Path, old: str, new: str) -> None:

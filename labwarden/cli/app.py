@@ -38,8 +38,9 @@ class Root(LazyGroup):
                      "mac80211_hwsim radios, hostapd APs, wpa_supplicant clients."),
         "call": Lazy("labwarden.cli.call:app", "Call one lab tool with JSON arguments (see "
                      "`labwarden call TOOL --help`)."),
-        "lab": Lazy("labwarden.cli.lab:app", "Lab administration by a person (board health, a "
-                    "fleet's place health)."),
+        "lab": Lazy("labwarden.cli.lab:app", "Lab administration by a person: check a profile "
+                    "and its DUT, write a starting profile, the profile's schema, board health, a "
+                    "fleet's place health."),
         "transcripts": Lazy("labwarden.cli.transcripts:app", "Transcripts: every session's tool "
                             "calls, guard decisions, model calls and costs, hash-chained."),
     }
