@@ -519,8 +519,10 @@ class LabProfile(_Strict):
             prof = cls.model_validate(data)
         except ValidationError as exc:
             raise ProfileError(path, [_explain(err) for err in exc.errors()],
-                               "fix the keys above; `labwarden call lab_status --help` shows "
-                               "what a profile is used for") from None
+                               "fix the keys above; `labwarden lab schema` prints every key "
+                               "with its type, default and example (an editor reads it: "
+                               "schema/lab.schema.json), and `labwarden lab check PROFILE` "
+                               "checks a profile and its DUT") from None
         prof.source = str(path)
         return prof
 

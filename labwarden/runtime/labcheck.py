@@ -44,8 +44,8 @@ HASH = re.compile(r"\b[0-9a-f]{7,40}\b")
 class CheckRow(BaseModel):
     """One check: what was checked, its outcome, what was seen, and how to fix a problem."""
 
-    check: str = Field(description="schema, ssh, shell, perf, uprobes, target, version, flash, "
-                       "build, artifacts")
+    check: str = Field(description="schema, place (a fleet place's profile), ssh, shell, perf, "
+                       "uprobes, target, version, flash, build, artifacts")
     status: Status
     detail: str
     remedy: str | None = None
@@ -270,8 +270,15 @@ async def dut_rows(prof: LabProfile) -> list[CheckRow]:
     except LabError as exc:  # a fleet profile, a labgrid place not acquired, a bad pin
         return [_problem("ssh", exc.problem, exc.remedy)]
     try:
-        rows = [await _ssh_row(prof, dev)]
-        if rows[0].status != "ok":
+        rows: list[CheckRow] = []
+        if prof.dut.place is not None and dev.place is not None:  # a fleet place's own profile:
+            try:  # its DUT is touched only while the place is held (released on the way out)
+                await dev.place.hold()
+                rows.append(_ok("place", f"{prof.dut.place.name} held at {prof.dut.place.coordinator}"))
+            except LabError as exc:
+                return [_problem("place", exc.problem, exc.remedy)]
+        rows.append(await _ssh_row(prof, dev))
+        if rows[-1].status != "ok":
             return rows + [_skip(c, "SSH does not answer") for c in
                            ("shell", "perf", "uprobes", "target", "version", "flash")]
         rows.append(await _shell_row(dev))
