@@ -234,3 +234,13 @@ def test_init_writes_a_profile_that_checks(flashed: tuple[stockssh.StockSsh, Pat
     again = runner.invoke(app, ["lab", "init", "--ssh", f"root@127.0.0.1:{ep.port}", "--repo",
                                 repo, "--key", ep.key, "--out", str(chosen)])
     assert again.exit_code == 1 and "--force" in again.output  # never overwritten silently
+
+
+async def test_version_form_when_declared(flashed: tuple[stockssh.StockSsh, Path]) -> None:
+    """`[target] prints_git_hash = true`: `--version` is run, and prints the hash it was built
+    from."""
+    _, lab = flashed
+    declared = _variant(lab, "version", lambda t: t.replace(
+        "[target]\n", "[target]\nprints_git_hash = true\n"))
+    row = _row(await checks.check(declared, build=False), "version")
+    assert row.status == "ok" and re.search(r"logfilt [0-9a-f]{40}", row.detail), row
