@@ -106,3 +106,27 @@ async def test_a_moved_data_dir_is_refused(tmp_path: Path) -> None:
         _edit(lab, "[lab]\n", f"[lab]\ndata_dir = {json.dumps(str(tmp_path / 'elsewhere'))}\n")
         await _status(client)
     assert not (tmp_path / "elsewhere").exists()
+
+
+async def test_labwarden_serve_on_stdio_reloads(tmp_path: Path) -> None:
+    """The same through `labwarden serve`, a real stdio subprocess: an edit between two calls."""
+    from mcp import StdioServerParameters
+
+    from .test_mcp_server import LABWARDEN
+
+    profile = _profile(tmp_path / "vlab")
+    assert profile.source
+    lab = Path(profile.source)
+    params = StdioServerParameters(command=LABWARDEN, args=["serve", "--lab", str(lab)],
+                                   env={**os.environ})
+    async with Client(params) as client:
+        assert (await _status(client))["workload"]["load_drives_cpu"] is True
+        _edit(lab, "load_drives_cpu = true", "load_drives_cpu = false")
+        assert (await _status(client))["workload"]["load_drives_cpu"] is False
+    store = TranscriptStore(default_transcript(profile))
+    try:
+        (only,) = store.sessions()
+        notes = [json.loads(r.body)["text"] for r in store.rows(only.id) if r.kind == "note"]
+    finally:
+        store.close()
+    assert len(notes) == 1 and "reloaded: [gates] changed" in notes[0], notes
