@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from labwarden.lab import uci
-from labwarden.vlab import control, firmware, procs, tuning
+from labwarden.lab.host import tenancy
+from labwarden.vlab import confine, control, firmware, procs, tuning
 from labwarden.vlab.layout import SERVICES, VlabLayout
 
 
@@ -104,6 +105,8 @@ def test_down_after_daemon_kill9_still_cleans_up(tmp_path: Path) -> None:
     # down sweeps whatever the dead daemon left (processes, its services' cgroups)
     control.down(root)
     assert procs.processes_under(root) == []
+    assert [tenancy.Cgroup.existing(confine.cgroup_name(layout, n)) for n in SERVICES] == [None] * 2
+    assert not list(layout.run_dir.glob("*.cgroup"))
 
 
 def test_up_after_daemon_kill9_finds_its_services_gone(tmp_path: Path) -> None:

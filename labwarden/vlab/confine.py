@@ -63,8 +63,10 @@ class Tenant:
     def uid(self) -> int:
         return self.lease.uid
 
-    def close(self) -> None:
+    def close(self, layout: VlabLayout) -> None:
         self.cgroup.remove()
+        with contextlib.suppress(FileNotFoundError):
+            _cgroup_record(layout, self.cgroup.name).unlink()
         self.lease.release()
 
 
@@ -73,8 +75,14 @@ def cgroup_name(layout: VlabLayout, service: str) -> str:
     return f"dut-{hashlib.sha256(str(layout.root).encode()).hexdigest()[:12]}-{service}"
 
 
+def _cgroup_record(layout: VlabLayout, group: str) -> Path:
+    return layout.run_dir / f"{group}.cgroup"
+
+
 def tenants(layout: VlabLayout) -> dict[str, Tenant]:
-    """A uid and a cgroup per service (a cgroup a dead daemon left is emptied first)."""
+    """A uid and a cgroup per service (a cgroup a dead daemon left is emptied first). Each
+    cgroup's directories are recorded in run/: v1 ones lie below the daemon's own cgroup, which
+    `down` (another process) cannot know."""
     made: dict[str, Tenant] = {}
     try:
         for name in SERVICES:
@@ -86,24 +94,31 @@ def tenants(layout: VlabLayout) -> dict[str, Tenant]:
                 lease.release()
                 raise
             made[name] = Tenant(lease, group)
+            _cgroup_record(layout, group.name).write_text("".join(f"{d}\n" for d in group.dirs))
     except BaseException:
         for tenant in made.values():
-            tenant.close()
+            tenant.close(layout)
         raise
     return made
 
 
 def end_leftovers(layout: VlabLayout) -> list[int]:
-    """Kill whatever runs in the DUT's service cgroups: what a daemon killed outright left (its
-    services end with their namespaces' init, but a daemon's `down` must not rely on it)."""
+    """Kill whatever runs in the DUT's service cgroups and remove them: what a daemon killed
+    outright left (its services end with their namespaces' init, but `down` must not rely on
+    it)."""
     killed: list[int] = []
     for name in SERVICES:
-        group = tenancy.Cgroup.existing(cgroup_name(layout, name))
-        if group is not None:
+        record = _cgroup_record(layout, cgroup_name(layout, name))
+        try:
+            group: tenancy.Cgroup | None = tenancy.Cgroup(
+                cgroup_name(layout, name), [Path(d) for d in record.read_text().split()])
+        except OSError:
+            group = tenancy.Cgroup.existing(cgroup_name(layout, name))
+        if group is not None and group.dirs:
             killed += group.pids()
-            group.kill()
-            with contextlib.suppress(OSError):
-                group.unified.rmdir()
+            group.remove()
+        with contextlib.suppress(FileNotFoundError):
+            record.unlink()
     return killed
 
 

@@ -186,5 +186,5 @@ class ProcessManager:
     def close(self) -> None:
         """Remove the services' cgroups and give their uids back (at power-off)."""
         for tenant in self.tenants.values():
-            tenant.close()
+            tenant.close(self.layout)
         self.tenants = {}
