@@ -22,9 +22,11 @@ import pytest
 from typer.testing import CliRunner
 
 from labwarden.cli.app import app
+from labwarden.core.errors import LabError
 from labwarden.lab.config import LabProfile
 from labwarden.lab.schema import REPO_PATH, profile_schema, schema_text
 from labwarden.runtime import labcheck as checks
+from labwarden.runtime import labinit
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from labwarden.vlab import stockssh
@@ -64,6 +66,19 @@ def test_an_invalid_profile_names_each_key(tmp_path: Path) -> None:
     keys = [r["detail"].split(":")[0] for r in got["rows"]]
     assert {"lab.kind", "build", "target"} <= set(keys), keys
     assert all(r["status"] == "problem" and r["remedy"] for r in got["rows"])
+
+
+def test_init_reads_an_address_and_guesses_a_build(tmp_path: Path) -> None:
+    assert labinit.parse_address("admin@10.0.0.1:2222") == ("admin", "10.0.0.1", 2222)
+    assert labinit.parse_address("192.168.1.1") == ("root", "192.168.1.1", 22)
+    assert labinit.parse_address("root@[fe80::1]:22") == ("root", "fe80::1", 22)
+    with pytest.raises(LabError):
+        labinit.parse_address("root@host:99999")
+    argv, why = labinit.guess_build(tmp_path)
+    assert argv == ["make", "O={out}"] and "no Makefile" in why
+    (tmp_path / "Makefile").write_text("all:\n\tcc -o fwd fwd.c\ninstall:\n\tcp fwd $(DESTDIR)/\n")
+    argv, why = labinit.guess_build(tmp_path)
+    assert argv == ["make", "DESTDIR={out}", "install"] and "a guess" in why
 
 
 @pytest.fixture(scope="module")

@@ -103,9 +103,19 @@ async def test_a_moved_data_dir_is_refused(tmp_path: Path) -> None:
     lab = Path(profile.source)
     async with Client(build_server(profile)) as client:
         await _status(client)
-        _edit(lab, "[lab]\n", f"[lab]\ndata_dir = {json.dumps(str(tmp_path / 'elsewhere'))}\n")
+        was = re.search(r"\ndata_dir = (.*)\n", lab.read_text())
+        assert was
+        _edit(lab, f"\ndata_dir = {was.group(1)}\n",
+              f"\ndata_dir = {json.dumps(str(tmp_path / 'elsewhere'))}\n")
         await _status(client)
     assert not (tmp_path / "elsewhere").exists()
+    store = TranscriptStore(default_transcript(profile))
+    try:
+        (only,) = store.sessions()
+        notes = [json.loads(r.body)["text"] for r in store.rows(only.id) if r.kind == "note"]
+    finally:
+        store.close()
+    assert len(notes) == 1 and "refused" in notes[0] and "data_dir moved" in notes[0], notes
 
 
 async def test_labwarden_serve_on_stdio_reloads(tmp_path: Path) -> None:
