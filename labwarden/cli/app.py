@@ -28,8 +28,8 @@ class Root(LazyGroup):
         "version": Lazy("labwarden.cli.app:version", "Print labwarden's version."),
         "doctor": Lazy("labwarden.cli.doctor:doctor", "Check perf, perf_event_paranoid, "
                        "tracefs/uprobes, inferno, cargo, gcc; name each remedy."),
-        "demo": Lazy("labwarden.cli.run:demo", "Tell seed 000's story on a lab brought up and "
-                     "down around it: the vlab (default) or the qlab."),
+        "demo": Lazy("labwarden.cli.run:demo", "Tell the WiFi-daemon field study's story on a lab "
+                     "brought up and down around it: the vlab (default) or the qlab."),
         "report": Lazy("labwarden.cli.report:report", "Write a session's report as one "
                        "self-contained HTML file and print its path."),
         "vlab": Lazy("labwarden.cli.vlab:app", "The virtual lab: a DUT of real processes, perf and "

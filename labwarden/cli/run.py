@@ -1,5 +1,6 @@
 """`labwarden run PLAYBOOK.toml`: run a playbook with a progress display and a summary table;
-`labwarden demo`: the same for seed 000's story, on a vlab brought up and down around it."""
+`labwarden demo`: the same for the WiFi-daemon field study's story, on a vlab brought up and down
+around it."""
 
 from __future__ import annotations
 
@@ -177,8 +178,8 @@ def demo(dir: Annotated[Path | None, typer.Option("--dir", help="lab state direc
          lab_kind: Annotated[str, typer.Option("--lab-kind", help="vlab (fast, labwarden's own DUT) "
                                                "or qlab (a Debian kernel under QEMU with real "
                                                "802.11 clients; slow under TCG)")] = "vlab") -> None:
-    """Tell seed 000's story on a lab brought up and down around it: the vlab (default) or the
-    qlab. Runs the lab's hotspot playbook (baseline, flame graph, attribution, fixes, a patch
+    """Tell the WiFi-daemon field study's story on a lab brought up and down around it: the vlab
+    (default) or the qlab. Runs the lab's hotspot playbook (baseline, flame graph, attribution, fixes, a patch
     refuted, gates), prints the summary and the report path."""
     if lab_kind not in LAB_KINDS:
         fail(f"--lab-kind {lab_kind!r} is not a lab kind", f"use one of {', '.join(LAB_KINDS)}", 2)

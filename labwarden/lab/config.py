@@ -23,19 +23,29 @@ class _Strict(BaseModel):
 
 
 class LabSection(_Strict):
-    name: str = Field(examples=["vlab", "ospv2-bench-3"])
-    kind: Literal["vlab", "real"] = Field("real", examples=["vlab"])
+    name: str = Field(examples=["vlab", "ospv2-bench-3"], description="the lab's name, shown in "
+                      "lab_status, reports and transcripts")
+    kind: Literal["vlab", "real"] = Field("real", examples=["vlab"], description="`vlab` for a "
+                                          "profile `labwarden vlab up` wrote (no flash budget by "
+                                          "default; its remedies name `vlab` commands); `real` "
+                                          "for every other DUT, the qlab's included")
     data_dir: str | None = Field(None, description="where records and artifacts are kept "
                                  "(default: labwarden-data/ beside the profile)")
 
 
 class SshSection(_Strict):
-    host: str = Field(examples=["192.168.1.1"])
-    port: int = Field(22, ge=1, le=65535, examples=[22])
-    user: str = Field("root", examples=["root"])
-    key: str = Field(examples=["~/.ssh/id_ed25519"])
-    host_key: str | None = Field(None, examples=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA..."])
-    known_hosts: str | None = Field(None, examples=["~/.ssh/known_hosts"])
+    host: str = Field(examples=["192.168.1.1"], description="the DUT's SSH address")
+    port: int = Field(22, ge=1, le=65535, examples=[22], description="the DUT's SSH port")
+    user: str = Field("root", examples=["root"], description="the SSH user: root, for perf, "
+                      "uprobes and SIGSTOP")
+    key: str = Field(examples=["~/.ssh/id_ed25519"], description="private key file labwarden "
+                     "logs in with (never a password)")
+    host_key: str | None = Field(None, examples=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA..."],
+                                 description="the DUT's public host key, pinned: a DUT that "
+                                 "answers with another key is refused (this or known_hosts)")
+    known_hosts: str | None = Field(None, examples=["~/.ssh/known_hosts"], description="a "
+                                    "known_hosts file holding the DUT's host key (instead of "
+                                    "host_key)")
 
     @model_validator(mode="after")
     def _pinned(self) -> SshSection:
@@ -52,15 +62,25 @@ class SshSection(_Strict):
 
 
 class LabgridSection(_Strict):
-    env: str = Field(examples=["lab/env.yaml"])
-    target: str = Field("main", examples=["main"])
-    coordinator: str | None = Field(None, examples=["127.0.0.1:20408"])
-    host_key: str | None = Field(None, examples=["ssh-ed25519 AAAA..."])
-    strategy_state: str | None = Field(None, examples=["shell"])
+    env: str = Field(examples=["lab/env.yaml"], description="path of the labgrid env YAML")
+    target: str = Field("main", examples=["main"], description="target (role) in the env YAML")
+    coordinator: str | None = Field(None, examples=["127.0.0.1:20408"], description="coordinator "
+                                    "HOST:PORT; else the env's options.coordinator_address, "
+                                    "LG_COORDINATOR, or labgrid's default 127.0.0.1:20408")
+    host_key: str | None = Field(None, examples=["ssh-ed25519 AAAA..."], description="the DUT's "
+                                 "public host key, or a path to a .pub file: a NetworkService "
+                                 "carries no host key, so it is pinned here")
+    strategy_state: str | None = Field(None, examples=["shell"], description="Strategy state to "
+                                       "transition to for flashing")
     # a fleet (lab/fleet.py): one of places, place_match, place_tags; the env's RemotePlace is a template
-    places: list[str] | None = Field(None, examples=[["vlab-0", "vlab-1"]])
-    place_match: str | None = Field(None, examples=["vlab-*"])
-    place_tags: dict[str, str] | None = Field(None, examples=[{"fleet": "vlab"}])
+    places: list[str] | None = Field(None, examples=[["vlab-0", "vlab-1"]], description="a "
+                                     "fleet: the names of its places (the env YAML's RemotePlace "
+                                     "name is then a template, each lease names its place)")
+    place_match: str | None = Field(None, examples=["vlab-*"], description="a fleet: an fnmatch "
+                                    "pattern over the coordinator's place names")
+    place_tags: dict[str, str] | None = Field(None, examples=[{"fleet": "vlab"}], description="a "
+                                              "fleet: the places whose coordinator tags include "
+                                              "all of these")
     place_profiles: dict[str, str] | None = Field(
         None, description="place -> that place's own lab profile (a vlab fleet: DUT paths differ per place)")
 
@@ -82,22 +102,34 @@ class DutPaths(_Strict):
     """Absolute paths on the DUT (on a real OpenWrt: /etc/config, /sys, /overlay ...)."""
 
     root: str | None = Field(None, description="vlab only: the DUT's state dir")
-    rootfs: str = Field("/", examples=["/"])
-    overlay: str = Field("/overlay/upper", examples=["/overlay/upper"])
-    config: str = Field("/etc/config", examples=["/etc/config"])
-    sysfs: str = Field("/sys", examples=["/sys"])
-    release: str = Field("/etc/openwrt_release", examples=["/etc/openwrt_release"])
-    tmp: str = Field("/tmp", examples=["/tmp"])
-    run: str = Field("/var/run", examples=["/var/run"])
-    tracefs: str = Field("/sys/kernel/tracing", examples=["/sys/kernel/tracing"])
+    rootfs: str = Field("/", examples=["/"], description="where the image's files land: each "
+                        "[build] artifacts path is under it")
+    overlay: str = Field("/overlay/upper", examples=["/overlay/upper"], description="the "
+                         "writable overlay's upper dir: fingerprint_verify requires it empty "
+                         "(nothing shadows the image)")
+    config: str = Field("/etc/config", examples=["/etc/config"], description="the UCI config dir "
+                        "(wireless, the levers' files, [load] router_config)")
+    sysfs: str = Field("/sys", examples=["/sys"], description="sysfs root: the governor and boost "
+                       "knobs are read and pinned under it")
+    release: str = Field("/etc/openwrt_release", examples=["/etc/openwrt_release"],
+                         description="release file shown by fingerprint_verify (never trusted)")
+    tmp: str = Field("/tmp", examples=["/tmp"], description="where labwarden puts its files on "
+                     "the DUT (helpers, perf data, uploaded images)")
+    run: str = Field("/var/run", examples=["/var/run"], description="where the lease file "
+                     "(labwarden.lease) lives")
+    tracefs: str = Field("/sys/kernel/tracing", examples=["/sys/kernel/tracing"],
+                         description="the mounted tracefs (uprobe counters)")
 
 
 class DutSection(_Strict):
-    backend: Literal["ssh", "labgrid"] = Field(examples=["ssh"])
-    ssh: SshSection | None = None
-    labgrid: LabgridSection | None = None
-    place: PlaceSection | None = None
-    paths: DutPaths = Field(default_factory=DutPaths)
+    backend: Literal["ssh", "labgrid"] = Field(examples=["ssh"], description="how the DUT is "
+                                               "reached: `ssh` ([dut.ssh]) or `labgrid` "
+                                               "([dut.labgrid])")
+    ssh: SshSection | None = Field(None, description="the SSH endpoint (backend = \"ssh\")")
+    labgrid: LabgridSection | None = Field(None, description="the labgrid target (backend = "
+                                           "\"labgrid\")")
+    place: PlaceSection | None = Field(None, description="the fleet place this DUT is")
+    paths: DutPaths = Field(default_factory=DutPaths, description="absolute paths on the DUT")
     env: dict[str, str] = Field(
         default_factory=dict, examples=[{"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}],
         description="environment of every DUT command (channel and exec). Commands never run in "
@@ -122,7 +154,9 @@ class DutSection(_Strict):
 
 
 class BuildSection(_Strict):
-    kind: Literal["vlab", "command"] = Field("command", examples=["vlab"])
+    kind: Literal["vlab", "command"] = Field("command", examples=["vlab"], description="`command` "
+                                             "runs [build] command; `vlab` is the vlab's own "
+                                             "firmware build")
     cc: str = Field("cc", description="C compiler for labwarden's DUT helpers (lw-pause): the "
                     "firmware's cross compiler on a real DUT", examples=["aarch64-linux-gnu-gcc"])
     strip: str = Field("strip", description="strip for the DUT's binaries (the build's images "
@@ -132,9 +166,14 @@ class BuildSection(_Strict):
     command: list[str] = Field(description="argv run confined in a clean worktree; {out} (the "
                                "output dir, /build/out in the sandbox) {git_hash} {jobs} are "
                                "filled in", examples=[["make", "O={out}", "GIT_HASH={git_hash}"]])
-    artifacts: dict[str, str] = Field(description="build output (relative to {out}) -> path inside "
-                                      "the DUT rootfs", examples=[{"libsta.so": "usr/lib/libsta.so"}])
-    extra_outputs: list[str] = Field(default_factory=list, examples=[["stasim"]])
+    artifacts: dict[str, str] = Field(description="file the build command writes at the top of "
+                                      "{out} -> its path inside the DUT rootfs ([dut.paths] "
+                                      "rootfs): each is stripped into the image and "
+                                      "fingerprinted on the DUT",
+                                      examples=[{"libsta.so": "usr/lib/libsta.so"}])
+    extra_outputs: list[str] = Field(default_factory=list, examples=[["stasim"]],
+                                     description="files at the top of {out} kept beside the "
+                                     "build but not deployed (a host-side load generator)")
     patches_dirs: list[str] = Field(default_factory=list, description="where patch ids are found",
                                     examples=[["~/fw-patches"]])
     baseline: str | None = Field(None, description="build id of the known-good image")
@@ -182,7 +221,7 @@ class SysupgradeFlashSection(_FlashBase):
     """Upload the build's image to the DUT's tmp, run the DUT's own flash command on it, and wait
     for a new boot: the DUT's boot_id changes, SSH answers again, the target is a new instance."""
 
-    kind: Literal["sysupgrade"] = "sysupgrade"
+    kind: Literal["sysupgrade"] = Field("sysupgrade", description="the flash driver")
     command: list[str] = Field(default_factory=lambda: ["sysupgrade", "-n"],
                                description="argv run on the DUT; the image's path is appended",
                                examples=[["sysupgrade", "-n"]])
@@ -193,15 +232,16 @@ class VlabFlashSection(SysupgradeFlashSection):
     (the boot id stays)."""
 
     # sysupgrade's section under its own tag in the [flash] union: the narrowed override is the point
-    kind: Literal["vlab"] = "vlab"  # type: ignore[assignment]
-    command: list[str] = Field(default_factory=lambda: ["sysupgrade"], examples=[["sysupgrade"]])
+    kind: Literal["vlab"] = Field("vlab", description="the flash driver")  # type: ignore[assignment]
+    command: list[str] = Field(default_factory=lambda: ["sysupgrade"], examples=[["sysupgrade"]],
+                               description="argv run on the DUT; the image's path is appended")
 
 
 class CommandFlashSection(_FlashBase):
     """A host-side flasher (TFTP, a serial loader, a vendor tool): argv run on this host; then
     wait until SSH answers and the target is a new instance."""
 
-    kind: Literal["command"] = "command"
+    kind: Literal["command"] = Field("command", description="the flash driver")
     command: list[str] = Field(description="argv run on the host; {image} {host} {port} {user} "
                                "are filled in", examples=[["/opt/lab/flash.sh", "{image}", "{host}"]])
 
@@ -210,7 +250,7 @@ class LabgridFlashSection(_FlashBase):
     """The labgrid Strategy of the DUT's target moves to `state`, installing the build's image
     (given to the env as `images.<image_key>`) on the way; then wait for a new target instance."""
 
-    kind: Literal["labgrid"] = "labgrid"
+    kind: Literal["labgrid"] = Field("labgrid", description="the flash driver")
     state: str = Field("shell", description="Strategy state after flashing", examples=["shell"])
     image_key: str = Field("root", description="key in the env YAML's images: the strategy's "
                            "flasher reads it", examples=["root"])
@@ -237,14 +277,16 @@ FlashSection = Annotated[SysupgradeFlashSection | VlabFlashSection | CommandFlas
 class StasimLoadSection(_Strict):
     """The vlab's station simulator, run on this host against the DUT daemon's socket."""
 
-    kind: Literal["stasim"] = Field(examples=["stasim"])
-    binary: str = Field(examples=["/opt/lab/stasim"])
+    kind: Literal["stasim"] = Field(examples=["stasim"], description="the load driver")
+    binary: str = Field(examples=["/opt/lab/stasim"], description="the station simulator on this "
+                        "host")
     socket: str = Field(description="the DUT daemon's RPC socket", examples=["/var/run/stad.sock"])
     pidfile: str = Field(description="load generator pid file on the load host",
                          examples=["/var/lib/labwarden/stasim.pid"])
     log: str = Field(description="load generator log on the load host",
                      examples=["/var/lib/labwarden/stasim.log"])
-    radios: int = Field(6, ge=1, le=64, examples=[6])
+    radios: int = Field(6, ge=1, le=64, examples=[6], description="radios the stations are "
+                        "split over, round-robin")
     settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0], description="seconds from "
                             "associating clients to the first window: at least one poll interval "
                             "of the monitor, so every client is in the steady polling cycle "
@@ -255,22 +297,24 @@ class NoLoadSection(_Strict):
     """A DUT with no clients to hold (a daemon that works on its own input): only `stations = 0`
     can be measured, and client-count gates are not applicable."""
 
-    kind: Literal["none"] = "none"
+    kind: Literal["none"] = Field("none", description="the load driver")
     radios: int = Field(1, ge=1, le=64, description="not used: there are no clients to split")
-    settle_s: float = Field(0.0, ge=0, le=60, examples=[0.0])
+    settle_s: float = Field(0.0, ge=0, le=60, examples=[0.0], description="seconds before the "
+                            "first window")
 
 
 class CommandLoadSection(_Strict):
     """Your own load script, run on this host: `hold` with {n} sets the load to n clients and
     exits 0 once they are held (0 = none); the DUT's own count is `[readers] clients`."""
 
-    kind: Literal["command"] = "command"
+    kind: Literal["command"] = Field("command", description="the load driver")
     hold: list[str] = Field(description="argv on the load host; {n} is the number of clients",
                             examples=[["/opt/lab/clients.sh", "{n}"]])
     radios: int = Field(1, ge=1, le=64, examples=[2], description="radios (or ports) the clients "
                         "are split over")
     timeout_s: float = Field(120, gt=0, examples=[120], description="how long `hold` may take")
-    settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0])
+    settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0], description="seconds from holding "
+                            "the clients to the first window")
 
 
 class WpaSupplicantLoadSection(_Strict):
@@ -279,7 +323,7 @@ class WpaSupplicantLoadSection(_Strict):
     enabled VAPs and verifies both sides (wpa_cli status and each AP's station dump), `release
     TIMEOUT` disassociates every station and checks their APs dropped them."""
 
-    kind: Literal["wpa_supplicant"] = "wpa_supplicant"
+    kind: Literal["wpa_supplicant"] = Field("wpa_supplicant", description="the load driver")
     command: list[str] = Field(default_factory=lambda: ["lw-sta"], examples=[["lw-sta"]],
                                description="argv on the DUT; `assoc N TIMEOUT_S` or "
                                "`release TIMEOUT_S` is appended")
@@ -287,7 +331,8 @@ class WpaSupplicantLoadSection(_Strict):
                         "split over")
     timeout_s: float = Field(180, gt=0, le=1800, examples=[180], description="how long associating "
                              "(or releasing) may take on the DUT")
-    settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0])
+    settle_s: float = Field(2.0, ge=0, le=60, examples=[2.0], description="seconds from "
+                            "associating to the first window")
 
 
 class Iperf3LoadSection(_Strict):
@@ -298,7 +343,7 @@ class Iperf3LoadSection(_Strict):
     clients runs N parallel TCP streams until released; `traffic_sweep` and `saturate` run
     measured windows of their own."""
 
-    kind: Literal["iperf3"] = "iperf3"
+    kind: Literal["iperf3"] = Field("iperf3", description="the load driver")
     client: list[str] = Field(min_length=1, examples=[["ip", "netns", "exec", "lwlan"]],
                               description="argv prefix that runs iperf3 on the client (lan) side")
     server: list[str] = Field(min_length=1, examples=[["ip", "netns", "exec", "lwwan"]],
@@ -311,7 +356,8 @@ class Iperf3LoadSection(_Strict):
     radios: int = Field(1, ge=1, le=64, description="not used: traffic has no radios to split over")
     timeout_s: float = Field(30, gt=0, le=600, description="beyond a window's length: how long "
                              "starting and ending a window may take")
-    settle_s: float = Field(1.0, ge=0, le=60, examples=[1.0])
+    settle_s: float = Field(1.0, ge=0, le=60, examples=[1.0], description="seconds from "
+                            "starting the streams to the first window")
     router_config: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]+$", examples=["firewall"],
                                       description="the DUT's UCI file (under [dut.paths] config) "
                                       "with the forward rule set: `router_rules` writes its "
@@ -338,11 +384,14 @@ class ReadersSection(_Strict):
 
 
 class TargetSection(_Strict):
-    process: str = Field(examples=["stad"])
+    process: str = Field(examples=["stad"], description="the process measured on the DUT (its "
+                         "name)")
     library: str | None = Field(None, description="DUT path of the library holding the probed "
                                 "functions (default: the target's own executable)",
                                 examples=["/usr/lib/libsta.so"])
-    suspects: list[str] = Field(default_factory=list, examples=[["stamon"]])
+    suspects: list[str] = Field(default_factory=list, examples=[["stamon"]], description="the "
+                                "only processes `attribute` may pause (SIGSTOP, resumed by a "
+                                "DUT-side dead-man)")
     uprobes: dict[str, str] = Field(
         default_factory=dict, description="counter -> function, or `/dut/path/of/binary:function` "
         "(any symbol the build's symbols know, exported or not)",
@@ -367,10 +416,12 @@ class TargetSection(_Strict):
 
 
 class TopologySection(_Strict):
-    """The radio topology every measurement needs (seed 000: 6 radios, channels pinned); read
+    """The radio topology every measurement needs (the WiFi-daemon field study: 6 radios, channels
+    pinned); read
     from the DUT's UCI `wireless`. Without this section the topology is not applicable."""
 
-    kind: Literal["uci_wireless"] = Field("uci_wireless", examples=["uci_wireless"])
+    kind: Literal["uci_wireless"] = Field("uci_wireless", examples=["uci_wireless"],
+                                          description="read from the UCI `wireless` file")
     vaps: list[str] = Field(description="wifi-iface sections that must be enabled",
                             examples=[["vap0", "vap1"]])
     channels: dict[str, str] = Field(description="radio -> pinned channel", examples=[{"radio0": "36"}])
@@ -380,23 +431,29 @@ class TopologySection(_Strict):
 
 
 class LeversSection(_Strict):
-    """Config levers a patch may need (seed 000: the trace short-circuit only works with the
-    trace zones lowered 400 -> 200; the lean RPC only matters when the monitor polls it)."""
+    """Config levers a patch may need (the WiFi-daemon field study: the trace short-circuit
+    only works with the trace zones lowered 400 -> 200; the lean RPC only matters when the monitor
+    polls it)."""
 
     trace_config: str | None = Field(None, description="UCI file of the trace zones", examples=["trace"])
-    trace_reload: list[str] = Field(default_factory=list, examples=[["service", "stad", "restart"]])
+    trace_reload: list[str] = Field(default_factory=list, examples=[["service", "stad", "restart"]],
+                                    description="argv on the DUT that applies a trace change")
     monitor_config: str | None = Field(None, description="UCI file of the monitor", examples=["stamon"])
-    monitor_reload: list[str] = Field(default_factory=list, examples=[["service", "stamon", "restart"]])
+    monitor_reload: list[str] = Field(default_factory=list, examples=[["service", "stamon", "restart"]],
+                                      description="argv on the DUT that applies a monitor change")
 
 
 class GatesSection(_Strict):
     """Gate thresholds, and what the lab declares its evidence to be."""
 
     load_drives_cpu: bool = Field(False, examples=[True], description="the target's CPU rises "
-                                  "with the workload points (seed 000: the daemon's CPU with its "
+                                  "with the workload points (a WiFi daemon's CPU with its "
                                   "stations): only then does the cpu_monotonic gate apply")
-    unknown_frames_pct_max: float = Field(1.0, ge=0, le=100, examples=[1.0])
-    rss_per_client_kb_max: float = Field(64.0, gt=0, examples=[64.0])
+    unknown_frames_pct_max: float = Field(1.0, ge=0, le=100, examples=[1.0], description="the "
+                                          "unknown_frames gate: most % of perf samples left "
+                                          "without a symbol")
+    rss_per_client_kb_max: float = Field(64.0, gt=0, examples=[64.0], description="the "
+                                         "rss_bounded gate: most RSS growth per client, KiB")
 
 
 class DecisionSection(DecisionRule):
@@ -448,16 +505,26 @@ HealKind = Literal["governor", "boost", "topology", "procmgr", "trace_zones"]
 
 class BudgetSection(_Strict):
     tokens: int | None = Field(None, gt=0, description="model tokens per session", examples=[2_000_000])
-    dollars: float | None = Field(None, gt=0, examples=[25.0])
-    wall_time_s: float | None = Field(None, gt=0, examples=[28_800])
-    tool_calls: int | None = Field(None, gt=0, examples=[500])
-    flashes_per_hour: int | None = Field(6, gt=0, examples=[6])
+    dollars: float | None = Field(None, gt=0, examples=[25.0], description="model dollars per "
+                                  "session")
+    wall_time_s: float | None = Field(None, gt=0, examples=[28_800], description="seconds per "
+                                      "session: a call that would cross it is stopped")
+    tool_calls: int | None = Field(None, gt=0, examples=[500], description="tool calls per "
+                                   "session (refused and malformed ones count)")
+    flashes_per_hour: int | None = Field(6, gt=0, examples=[6], description="flashes per DUT "
+                                         "per hour, across every session and process (none by "
+                                         "default on a vlab)")
 
 
 class PolicySection(_Strict):
-    heal: list[HealKind] = Field(default_factory=list, examples=[["governor", "boost"]])
-    budgets: BudgetSection = Field(default_factory=BudgetSection)
-    lease_ttl_s: float = Field(300, gt=0, le=86_400, examples=[300])
+    heal: list[HealKind] = Field(default_factory=list, examples=[["governor", "boost"]],
+                                 description="what the guard may set right before a call (each "
+                                 "change recorded); anything else unready is refused")
+    budgets: BudgetSection = Field(default_factory=BudgetSection, description="limits per "
+                                   "session (flashes: per DUT)")
+    lease_ttl_s: float = Field(300, gt=0, le=86_400, examples=[300], description="seconds a "
+                               "lease on the DUT lasts unless renewed (it is renewed while a "
+                               "call runs)")
     transcript_fsync: Literal["changes", "every_call"] = Field(
         "changes", examples=["changes"],
         description="when a tool call's transcript commit waits for fsync: `changes` for calls "
@@ -480,7 +547,8 @@ class LabProfile(_Strict):
     decision: DecisionSection = Field(default_factory=DecisionSection)
     policy: PolicySection = Field(default_factory=PolicySection)
 
-    source: str | None = Field(None, exclude=True, description="file it was read from")
+    source: str | None = Field(None, exclude=True, description="set by labwarden to the file the "
+                               "profile was read from (a value written in the file is replaced)")
 
     @model_validator(mode="after")
     def _points_fit_the_load(self) -> LabProfile:

@@ -1,4 +1,4 @@
-"""gate_check: the six acceptance gates of seed 000 on a sweep, each with its evidence --
+"""gate_check: the six acceptance gates of the WiFi-daemon field study on a sweep, each with its evidence --
 CPU monotonic over the workload points; unknown-frame % within budget; associated count equals the
 datamodel count; governor and CLK_TCK verified in every window; RSS bounded (per-client growth
 under the profile's limit); functional parity (clients held through the windows, disassociation
