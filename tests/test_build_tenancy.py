@@ -11,7 +11,8 @@ cannot make a user namespace. The attacks a red team made, as patches through th
   file) are refused, the error naming the limit and the `[build]` key to raise;
 - `unshare -U -r` and `unshare -U` are refused inside a build.
 And sandbox.run directly for the other limits: the worktree and /build/out together (many files,
-each under the per-file limit), /tmp's size, the log's cap. Whatever allocates is bounded twice:
+each under the per-file limit), fallocate (refused: it would take disk faster than a watcher
+acts), /tmp's size, the log's cap, forks. Whatever allocates is bounded twice:
 by the limit under test and by a small profile value, so a broken limit cannot take the host
 down."""
 
@@ -257,6 +258,31 @@ def test_many_files_past_disk_mb_kill_the_build(dirs: tuple[Path, Path], tmp_pat
     assert [h.key for h in res.limits_hit] == ["disk_mb"], res.limits_hit
     assert "[build] disk_mb = 64 MiB" in res.limits_hit[0].line
     assert sandbox.disk_usage(list(dirs)) < 200 << 20
+
+
+POSIX_FALLOCATE_C = r"""#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+int main(void) {
+    int fd = open("/build/out/p", O_CREAT | O_WRONLY, 0644);
+    struct stat st;
+    int err = posix_fallocate(fd, 0, 4 << 20);
+    fstat(fd, &st);
+    printf("posix %d %lld\n", err, (long long)st.st_size);
+    return err;
+}
+"""
+
+
+def test_fallocate_takes_no_disk_at_once(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    """An allocation takes disk at once (8 GB in ~30 ms here): ten in parallel would be past any
+    watcher before it looked. Refused (EOPNOTSUPP), and posix_fallocate writes instead."""
+    (dirs[0] / "p.c").write_text(POSIX_FALLOCATE_C)
+    res = _run(dirs, "for i in $(seq 10); do fallocate -l 256M /build/out/f$i & done; wait; "
+               "gcc -o /tmp/p p.c && /tmp/p", tmp_path / "log", disk_mb=2048)
+    assert "fallocate failed: Operation not supported" in res.output, res
+    assert "posix 0 4194304" in res.output, res  # glibc's fallback wrote it
+    assert sandbox.disk_usage(list(dirs)) < 8 << 20
 
 
 def test_tmp_is_a_tmpfs_of_tmp_mb(dirs: tuple[Path, Path], tmp_path: Path) -> None:

@@ -364,7 +364,7 @@ def run(argv: Sequence[str], *, tree: Path, out: Path, limits: Limits, log: Path
         if lease is not None:
             group = tenancy.Cgroup.create(f"build-{lease.uid}", pids_max=limits.max_procs,
                                           memory_bytes=limits.memory_mb << 20)
-        filter_fd = seccomp.no_userns_filter()
+        filter_fd = seccomp.build_filter(limits.disk_mb << 20)
         full = command_line(argv, tree, out, limits, uid=lease.uid if lease else None,
                             seccomp_fd=filter_fd, cgroup=group is not None)
         if group is not None:
