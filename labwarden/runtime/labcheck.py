@@ -34,7 +34,7 @@ from labwarden.lab.dut import procs, uprobes
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.errors import DeviceError, HostKeyMismatch, Unreachable
 from labwarden.lab.host import builder, builds
-from labwarden.runtime.labinit import HOST_KEY_ALGS
+from labwarden.runtime.labinit import HOST_KEY_ALGS, SHELL_PROBE, describe_shell, shell_facts
 from labwarden.runtime.session import open_device
 
 Status = Literal["ok", "problem", "skipped"]
@@ -140,19 +140,14 @@ async def _ssh_row(prof: LabProfile, dev: Device) -> CheckRow:
 
 async def _shell_row(dev: Device) -> CheckRow:
     try:
-        res = await dev.run(["sh", "-c", 'command -v busybox; ls -l /bin/sh; echo "$PATH"'],
-                            timeout=10)
+        res = await dev.run(["sh", "-c", SHELL_PROBE], timeout=10)
     except DeviceError as exc:
         return _problem("shell", exc.problem, exc.remedy)
-    if res.exit_status != 0 and not res.stdout.strip():
+    facts = shell_facts(res.stdout)
+    if res.exit_status != 0 or "path" not in facts:
         return _problem("shell", f"`sh -c` exited {res.exit_status}: {res.stderr.strip()[:200]}",
                         "the DUT needs a POSIX sh (busybox ash is enough) for the login user")
-    lines = res.stdout.splitlines()
-    bb = next((ln for ln in lines if ln.endswith("busybox") and not ln.startswith("l")), None)
-    sh = next((ln.split(" -> ")[-1] for ln in lines if " -> " in ln), "/bin/sh")
-    path = lines[-1] if lines else ""
-    return _ok("shell", f"/bin/sh is {sh}" + (f"; busybox at {bb}" if bb else "; no busybox")
-               + f"; PATH={path}")
+    return _ok("shell", describe_shell(facts))
 
 
 async def _perf_row(prof: LabProfile, dev: Device) -> CheckRow:

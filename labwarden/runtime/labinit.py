@@ -44,7 +44,8 @@ SYSTEM = frozenset({
 """Processes that are the system's, not a firmware's daemon to measure."""
 
 PROBE = r"""
-ls -l /bin/sh 2>/dev/null | sed 's/^/sh=/'
+echo "sh=$(readlink -f /bin/sh)"
+echo "says=$( (/bin/sh --help 2>&1) | head -n 1)"
 echo "busybox=$(command -v busybox)"
 echo "perf=$(command -v perf)"
 echo "sysupgrade=$(command -v sysupgrade)"
@@ -68,6 +69,29 @@ done
 """One `sh -c` on the DUT (POSIX sh: busybox ash is enough). A /proc/PID/stat line after its
 `)`: field 3 is the 1st word, so utime (14) is the 12th, stime (15) the 13th, starttime (22)
 the 20th."""
+
+
+SHELL_PROBE = ('echo "sh=$(readlink -f /bin/sh)"; echo "says=$( (/bin/sh --help 2>&1) | head -n 1)"; '
+               'echo "busybox=$(command -v busybox)"; echo "path=$PATH"')
+"""What answers as /bin/sh (busybox says so in its --help's first line), busybox, PATH."""
+
+
+def shell_facts(stdout: str) -> dict[str, str]:
+    facts: dict[str, str] = {}
+    for line in stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key in ("sh", "says", "busybox", "path"):
+            facts[key] = value.strip()
+    return facts
+
+
+def describe_shell(facts: dict[str, str]) -> str:
+    sh = facts.get("sh") or "/bin/sh"
+    said = facts.get("says", "")
+    kind = "busybox ash" if said.startswith("BusyBox") else Path(sh).name
+    bb = facts.get("busybox")
+    return (f"/bin/sh is {kind} ({sh})" + (f"; busybox at {bb}" if bb else "; no busybox in PATH")
+            + f"; PATH={facts.get('path', '?')}")
 
 
 class Candidate(BaseModel):
@@ -173,8 +197,7 @@ async def probe(user: str, host: str, port: int, key: Path) -> Probe:
         raise LabError(exc.problem, exc.remedy) from exc
     values, procs = _kv(res.stdout)
     ticks = int(tck.stdout.strip()) if tck.exit_status == 0 and tck.stdout.strip().isdigit() else 100
-    sh = values.get("sh", "")
-    return Probe(host_key=host_key, sh=sh.split(" -> ")[-1] if " -> " in sh else "/bin/sh",
+    return Probe(host_key=host_key, sh=describe_shell(values),
                  busybox=values.get("busybox") or None, perf=values.get("perf") or None,
                  sysupgrade=values.get("sysupgrade") or None, path=values.get("path") or None,
                  openwrt=values.get("openwrt") == "1", tracefs=values.get("tracefs") or None,
@@ -244,13 +267,11 @@ def render(user: str, host: str, port: int, key: Path, repo: Path, out: Path, fo
                  "install perf) or set its full path here")
     tracefs = found.tracefs or "/sys/kernel/tracing"
     data = out.parent.resolve()
-    shell = (f"{found.sh}" + (f", busybox at {found.busybox}" if found.busybox else ", no busybox"))
     lines = [
         f"# A starting lab profile written by `labwarden lab init` from {user}@{host}:{port} and",
         f"# {repo}. Values marked 'a guess' were guessed: read each. Then run",
         f"#   labwarden lab check {out}",
-        f"# The DUT's shell: {shell}; its PATH for commands: {found.path or '?'}"
-        + ("; OpenWrt" if found.openwrt else ""),
+        f"# The DUT: {found.sh}" + ("; OpenWrt" if found.openwrt else ""),
         "",
         "[lab]",
         f"name = {_q(host if port == 22 else f'{host}-{port}')}  # a guess: any name you like",
