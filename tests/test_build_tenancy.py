@@ -309,3 +309,18 @@ def test_forks_past_max_procs_are_refused_naming_the_key(dirs: tuple[Path, Path]
     assert "forked" not in res.output
     assert [h.key for h in res.limits_hit] == ["max_procs"], res
     assert "forks refused at [build] max_procs = 64" in res.limits_hit[0].line
+
+
+def test_a_stale_cgroup_of_the_same_name_does_not_refuse_the_next_build() -> None:
+    """A cgroup left with a smaller memory limit (v1 refuses raising the limit above the old
+    memory+swap one) is removed and made anew with the build's limits."""
+    name = f"build-stale-{time.monotonic_ns()}"
+    tenancy.Cgroup.create(name, pids_max=64, memory_bytes=256 << 20)
+    group = sandbox._cgroup(name, sandbox.Limits(memory_mb=2048))
+    try:
+        assert group.name == name
+        limits = [int((d / f).read_text()) for d in group.dirs
+                  for f in ("memory.limit_in_bytes", "memory.max") if (d / f).exists()]
+        assert limits == [2048 << 20], limits
+    finally:
+        group.remove()

@@ -349,6 +349,29 @@ def _hits(limits: Limits, events: dict[str, int], disk_over: bool, output: str,
     return hits
 
 
+def _cgroup(name: str, limits: Limits) -> tenancy.Cgroup:
+    """The build's cgroup, named after its uid. One left by a build whose processes outlived the
+    kill (or a dead server) may refuse the new limits (v1 memory: a limit above the old
+    memory+swap one is EINVAL): then that one is removed and, if it stays, a fresh name taken."""
+    try:
+        return tenancy.Cgroup.create(name, pids_max=limits.max_procs,
+                                     memory_bytes=limits.memory_mb << 20)
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        tenancy.Cgroup.create(name).remove()  # its cgroup2 directory: emptied and removed
+    for hierarchy in ("pids", "memory"):
+        for stale in tenancy.CGROUP_ROOT.glob(f"{hierarchy}/**/labwarden/{name}"):
+            with contextlib.suppress(OSError):
+                stale.rmdir()
+    try:
+        return tenancy.Cgroup.create(name, pids_max=limits.max_procs,
+                                     memory_bytes=limits.memory_mb << 20)
+    except OSError:
+        return tenancy.Cgroup.create(f"{name}-{os.getpid()}-{time.monotonic_ns()}",
+                                     pids_max=limits.max_procs, memory_bytes=limits.memory_mb << 20)
+
+
 def run(argv: Sequence[str], *, tree: Path, out: Path, limits: Limits, log: Path,
         stop: threading.Event | None = None) -> Outcome:
     """Run `argv` confined in `tree` (seen as SRC), writing `out` (seen as OUT); its output goes
@@ -362,8 +385,7 @@ def run(argv: Sequence[str], *, tree: Path, out: Path, limits: Limits, log: Path
     filter_fd = -1
     try:
         if lease is not None:
-            group = tenancy.Cgroup.create(f"build-{lease.uid}", pids_max=limits.max_procs,
-                                          memory_bytes=limits.memory_mb << 20)
+            group = _cgroup(f"build-{lease.uid}", limits)
         filter_fd = seccomp.build_filter(limits.disk_mb << 20)
         full = command_line(argv, tree, out, limits, uid=lease.uid if lease else None,
                             seccomp_fd=filter_fd, cgroup=group is not None)
