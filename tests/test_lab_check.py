@@ -121,13 +121,16 @@ def _only_problem(report: checks.CheckReport, name: str) -> checks.CheckRow:
 
 
 async def test_a_good_profile_passes_every_row(flashed: tuple[stockssh.StockSsh, Path]) -> None:
-    report = await checks.check(flashed[1])
+    report = await checks.check(flashed[1], fresh=True)  # the build command runs (not cached)
     assert report.ok, [r for r in report.rows if r.status != "ok"]
     status = {r.check: r.status for r in report.rows}
     assert status == {"schema": "ok", "ssh": "ok", "shell": "ok", "perf": "ok", "uprobes": "ok",
                       "target": "ok", "version": "skipped", "flash": "ok", "build": "ok",
                       "artifacts": "ok"}, report.rows
     assert "busybox" in _row(report, "shell").detail
+    assert "cached" not in _row(report, "build").detail
+    builds = Path(LabProfile.from_file(flashed[1]).build.builds)
+    assert not list(builds.glob(".check-*"))  # the scratch build is removed
 
 
 def test_the_cli_table_and_exit_code(flashed: tuple[stockssh.StockSsh, Path]) -> None:

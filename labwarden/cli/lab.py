@@ -126,6 +126,10 @@ def check(profile: Annotated[Path, typer.Argument(help="the lab profile (TOML) t
           json_out: JsonOpt = False,
           skip_build: Annotated[bool, typer.Option("--skip-build", help="do not run the build "
                                                    "command (it is a real, confined build)")] = False,
+          fresh_build: Annotated[bool, typer.Option("--fresh-build", help="run the build command "
+                                                    "even when this commit and recipe were built "
+                                                    "before (in a scratch dir, removed after)")
+                                 ] = False,
           ) -> None:
     """Check a lab profile and the lab it describes, one row per check with its remedy: the
     schema (every invalid key), then the DUT -- SSH and its host key, the shell, perf,
@@ -134,7 +138,7 @@ def check(profile: Annotated[Path, typer.Argument(help="the lab profile (TOML) t
     artifacts in its output. Exit code 0 when every row is ok or skipped, 1 on a problem."""
     from labwarden.runtime import labcheck as checks
 
-    report = asyncio.run(checks.check(profile, build=not skip_build))
+    report = asyncio.run(checks.check(profile, build=not skip_build, fresh=fresh_build))
     if json_out:
         out.print_json(report.model_dump_json())
     else:

@@ -85,13 +85,14 @@ def schema_rows(path: Path) -> tuple[LabProfile | None, list[CheckRow]]:
     return prof, [_ok("schema", f"{path}: every key valid")]
 
 
-async def check(path: Path, *, build: bool = True) -> CheckReport:
-    """Check the profile at `path` and the lab it describes; `build=False` skips the build."""
+async def check(path: Path, *, build: bool = True, fresh: bool = False) -> CheckReport:
+    """Check the profile at `path` and the lab it describes; `build=False` skips the build,
+    `fresh=True` runs the build command even when this commit and recipe were built before."""
     prof, rows = schema_rows(path)
     if prof is not None:
         rows += await dut_rows(prof)
         if build:
-            rows += await build_rows(prof)
+            rows += await build_rows(prof, fresh=fresh)
         else:
             rows.append(_skip("build", "not run (--skip-build)"))
     return CheckReport(profile=str(path), ok=all(r.status != "problem" for r in rows), rows=rows)
@@ -286,15 +287,29 @@ async def dut_rows(prof: LabProfile) -> list[CheckRow]:
         await opened.__aexit__(None, None, None)
 
 
-async def build_rows(prof: LabProfile) -> list[CheckRow]:
+async def build_rows(prof: LabProfile, *, fresh: bool = False) -> list[CheckRow]:
     """The build command run confined, as `build` runs it (a real build: cached when this very
-    commit and recipe were built before), then [build] artifacts looked up in its output."""
+    commit and recipe were built before, unless `fresh`: then built in a scratch dir beside
+    the builds and removed), then [build] artifacts looked up in its output."""
     repo = Path(prof.build.repo).expanduser()
     if not (repo / ".git").exists():
         return [_problem("build", f"[build] repo {repo} is not a git repository",
                          "set [build] repo to your firmware's git checkout"),
                 _skip("artifacts", "no build")]
     recipe = builds.recipe(prof)
+    scratch = None
+    if fresh:
+        recipe.builds.mkdir(parents=True, exist_ok=True)
+        scratch = recipe.builds / f".check-{os.getpid()}"
+        recipe.builds = scratch
+    try:
+        return await _built_rows(prof, recipe, repo)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def _built_rows(prof: LabProfile, recipe: builder.BuildRecipe, repo: Path) -> list[CheckRow]:
     try:
         manifest, cached = await builds.compiled(recipe, [], "HEAD")
     except builder.BuildError as exc:
