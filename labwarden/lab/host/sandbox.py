@@ -11,7 +11,8 @@ scripts, C headers -- so whatever `[build] command` runs is agent-written code. 
   in new pid, network (only `lo`), ipc, uts and cgroup namespaces (and a user namespace when not
   root);
 - unable to make a user namespace (and with it capabilities): a seccomp filter
-  (lab/host/seccomp.py) refuses `unshare`/`clone` with CLONE_NEWUSER;
+  (lab/host/seccomp.py) refuses `unshare`/`clone` with CLONE_NEWUSER; it refuses `fallocate`
+  too (an allocation takes gigabytes faster than the disk watcher below can act) and io_uring;
 - with an environment of its own (PATH, HOME=/tmp, LANG, TMPDIR): none of the server's variables;
 - seeing the host read-only and only as far as a toolchain needs (/usr, the few /etc files the
   loader and alternatives read, the profile's `[build] readonly_paths`); a private /tmp (a tmpfs
