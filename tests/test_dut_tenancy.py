@@ -4,19 +4,21 @@ through the MCP door (the SDK's client, in memory), like the red team's. The spy
 signals a host process of the uid every build ran as (65534), stamon and another DUT's stad,
 opens stamon's /proc/PID/mem for writing, PTRACE_ATTACHes it, and writes a file through the
 victim's /proc/PID/root; it writes what it got into its socket dir. Every attempt must fail, its
-/proc must show only its own namespace, and after the baseline is flashed back the spy must be
-gone (looked up by its host pid). The services' uids: the daemon's, the monitor's and another
-DUT's all differ, none is a build's. Real vlabs, git, gcc, bubblewrap, cgroups; nothing faked."""
+/proc must show only its own namespace; after a respawn of stad, and after the baseline is
+flashed back, the spy must be gone (looked up by its host pid). The services' uids: the daemon's,
+the monitor's and another DUT's all differ, none is a build's. Real vlabs, git, gcc, bubblewrap,
+cgroups; nothing faked."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +164,15 @@ def _by_comm(comm: str) -> list[int]:
     return found
 
 
+def _until(pred: Callable[[], bool], timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _wait_for(path: Path, timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -214,6 +225,14 @@ async def test_a_spy_in_stad_reaches_no_other_tenant_and_dies_with_its_firmware(
         for pid in (stad, stamon, _pid(other, "stad"), _pid(other, "stamon")):
             assert first <= _uid(pid) < first + count, pid
         assert {_uid(_pid(other, n)) for n in SERVICES}.isdisjoint({_uid(stad), _uid(stamon)})
+
+        # a respawn (stad killed, the process manager starts it again) ends the spy too; the
+        # new stad forks a new one
+        os.kill(stad, signal.SIGKILL)
+        assert _until(lambda: procs.read_pid(lab.run_dir / "stad.pid") not in (None, stad)
+                      and not any(procs.alive(p) for p in spies)), f"the spy outlived a respawn: {spies}"
+        assert _until(lambda: bool(_by_comm(SPY_COMM)))
+        spies = _by_comm(SPY_COMM)
 
         await _tool(client, "flash", {"build_id": baseline(lab)})
     assert not any(procs.alive(p) for p in spies), f"the spy outlived the flash: {spies}"
