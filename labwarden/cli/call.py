@@ -29,6 +29,7 @@ from labwarden.cli.common import (
 )
 from labwarden.core.call import ToolCallRecord
 from labwarden.core.errors import LabError
+from labwarden.core.nesting import clip_text
 from labwarden.core.spec import ToolSpec
 from labwarden.tools import registry
 
@@ -77,7 +78,7 @@ def _door(name: str) -> Callable[..., None]:
         profile = load_profile(lab)
         problem = remedy = None
         try:
-            parsed = json.loads(args)
+            parsed = json.loads(clip_text(args))  # nested too deep: cut, the runner refuses it
         except (json.JSONDecodeError, RecursionError) as exc:
             problem, remedy = f"arguments are not JSON: {exc}", "pass one JSON object, e.g. '{}'"
         else:

@@ -35,6 +35,7 @@ SCHEMA_VERSION = 4
 
 RefusalCode = Literal[
     "invalid_input",          # the arguments do not match the tool's schema
+    "too_deep",               # the arguments nest deeper than core/nesting.MAX_DEPTH levels
     "unsafe_argument",        # control characters, option injection, shell-looking identifiers
     "unsafe_path",            # outside the allowed roots, symlink escape, prefix look-alike
     "suspect_not_allowed",    # SIGSTOP of something not on the profile's allowlist

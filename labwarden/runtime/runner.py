@@ -37,6 +37,7 @@ from labwarden.core.digest import bounded_args, bounded_name
 from labwarden.core.errors import LabError
 from labwarden.core.events import GuardDecision, RefusalCode, ToolCalled
 from labwarden.core.ids import random_hex
+from labwarden.core.nesting import clipped, too_deep
 from labwarden.core.spec import Requirement, ToolSpec
 from labwarden.guardrails import budget as budgets
 from labwarden.guardrails.guard import Admission, Guard
@@ -132,6 +133,8 @@ def refuse_at_door(ctx: LabContext, name: str, args: Any, reason: str,
     if guard is not None:
         with contextlib.suppress(Refused):  # already spent: still logged, as invalid input
             guard.admit(name)
+    if too_deep(args) is not None:  # stored cut: a serializer would recurse into it
+        args = clipped(args)
     record = ToolCallRecord(tool=bounded_name(name), args=bounded_args(args))
     return _refused(ctx, record, GuardDecision(tool=record.tool, decision="refuse",
                                                code="invalid_input", reason=reason, remedy=remedy))
@@ -161,11 +164,20 @@ async def call_tool(ctx: LabContext, name: str, args: dict[str, Any]) -> ToolCal
     def refused(record: ToolCallRecord, d: GuardDecision) -> ToolCallRecord:
         return _refused(ctx, record, d, parent_id)
 
+    # nested past the limit: refused before anything decodes, validates or stores it whole
+    # (every door cut deeper JSON before decoding it: core/nesting.py); recorded cut
+    deep = too_deep(args)
+    if deep is not None:
+        args = clipped(args)
     if guard is not None:  # the call's budget slot, first: refused and malformed calls count
         try:
             guard.admit(bounded_name(name), nested=nested)
         except Refused as exc:
             return refused(unrun(args), exc.decision)
+    if deep is not None:
+        return refused(unrun(args), GuardDecision(
+            tool=bounded_name(name), decision="refuse", code="too_deep", reason=deep.reason(),
+            remedy=deep.remedy()))
     spec: ToolSpec | None = registry.TOOLS.get(name)
     if spec is None:
         shown = bounded_name(name)

@@ -12,6 +12,8 @@ client gets an MCP session.
   event: in the session it names, when that session is live, else in the server's own door
   session. Bodies are stored bounded (core/digest.py). The body limit is enforced here, before
   anything is buffered beyond it.
+- Depth: a body nested past core/nesting.WIRE_DEPTH is cut here, before any decoder recurses
+  into it; the tool call then reaches the runner, which refuses it `too_deep` and logs it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labwarden.core.digest import bounded_args, digest_of
 from labwarden.core.events import RequestRefused
+from labwarden.core.nesting import clip_bytes
 
 log = logging.getLogger(__name__)
 DOOR = "http-door"
@@ -45,14 +48,14 @@ def _body_record(body: bytes) -> dict[str, Any] | None:
     text = body.decode("utf-8", "replace")
     try:
         return bounded_args(json.loads(text))
-    except ValueError:
+    except (ValueError, RecursionError):
         return digest_of(text)
 
 
 def _method(body: bytes) -> tuple[str | None, Any]:
     try:
         msg = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None, None
     if isinstance(msg, dict):
         method = msg.get("method")
@@ -102,6 +105,12 @@ class HttpDoor:
                     await _reply(send, 413, {"jsonrpc": "2.0", "id": None, "error": {
                         "code": -32600, "message": REASONS[413]}})
                     return
+        if body and (cut := clip_bytes(body)) != body:
+            # nested past core/nesting.WIRE_DEPTH: cut before any decoder (the SDK's parser fails
+            # at 200 levels, json's recursion near 1000: a 500); the runner refuses the call
+            body = cut
+            scope = {**scope, "headers": [(k, str(len(body)).encode()) if k.lower() == b"content-length"
+                                          else (k, v) for k, v in scope["headers"]]}
         method, rid = _method(body)
         version = headers.get("mcp-protocol-version")
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:

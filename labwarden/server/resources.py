@@ -109,19 +109,20 @@ def register(server: MCPServer[Any]) -> None:
         return path.read_text(errors="replace")
 
     @server.resource("labwarden://patches/{pid}", name="patches", mime_type="application/json",
-                     description="Submitted patches (patch_submit): labwarden://patches/index lists "
-                     "them (id, name, files, base, author session, build); labwarden://patches/ID "
-                     "is one, with its diff.")
+                     description="Submitted patches (patch_submit) of this client's principal, "
+                     "and shared ones: labwarden://patches/index lists them (id, name, files, base, "
+                     "author session, build); labwarden://patches/ID is one, with its diff.")
     async def patches(pid: str, ctx: Context) -> str:
         lab = await _lab(ctx)
         store = PatchStore(lab.data_dir / "patches")
+        # another principal's patch does not exist for this client, unless it was shared
         if pid == "index":
             return json.dumps([store.shown(m, lab.principal).model_dump(mode="json")
-                               for m in store.all()])
+                               for m in store.seen(lab.principal)])
         meta = store.meta(pid)
         diff = store.diff(pid)  # both resolved inside the store: planted symlinks are no patch
-        if meta is None or diff is None:
-            known = ", ".join(m.id for m in store.all()[-8:]) or "none yet"
+        if meta is None or diff is None or not store.visible(meta, lab.principal):
+            known = ", ".join(m.id for m in store.seen(lab.principal)[-8:]) or "none yet"
             raise ResourceError(f"no submitted patch {pid[:64]!r}; known: {known}")
         return json.dumps({**store.shown(meta, lab.principal).model_dump(mode="json"), "diff": diff})
 

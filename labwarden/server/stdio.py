@@ -6,7 +6,9 @@ next line competes with it for the GIL: every call that releases the GIL (sqlite
 stat, os.urandom) hands it over and waits to get it back. On a pipe or a socket asyncio reads
 and writes the same descriptors from the event loop itself; the framing (one JSON-RPC message
 per line, UTF-8, undecodable bytes replaced) and the parsing stay the SDK's (`stdio_server`
-with these streams). bench/tool_overhead.py measures both transports side by side.
+with these streams), after one cut: JSON nested past core/nesting.WIRE_DEPTH never reaches the
+parser (the runner refuses the call `too_deep` instead of the SDK dropping it unanswered).
+bench/tool_overhead.py measures both transports side by side.
 
 Like the SDK, it claims the descriptors while it serves: fd 0 reads /dev/null and fd 1 writes
 to stderr, so a stray print or a child process cannot corrupt the protocol; both are restored
@@ -25,6 +27,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from mcp.server.stdio import stdio_server
+
+from labwarden.core.nesting import clip_text
 
 if sys.platform != "win32":
     import fcntl
@@ -56,7 +60,9 @@ class _Lines:
         line = await self._reader.readline()
         if not line:
             raise StopAsyncIteration
-        return line.decode("utf-8", errors="replace")
+        # cut past core/nesting.WIRE_DEPTH before the SDK's parser sees it: that parser fails
+        # at 200 levels, and the SDK then answers nothing; cut, the runner refuses and logs it
+        return clip_text(line.decode("utf-8", errors="replace"))
 
 
 class _Replies:

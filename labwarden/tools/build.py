@@ -14,6 +14,7 @@ from pydantic import Field
 
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host.builds import compiled, recipe
+from labwarden.lab.host.patchstore import lab_patches
 from labwarden.results.build import BuildOutput
 from labwarden.tools.context import LabContext
 
@@ -41,6 +42,13 @@ async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:
                        cached=cached, log_tail=tail)
 
 
+def _precheck(ctx: LabContext, inp: BuildInput) -> None:
+    # another principal's submitted patch does not exist for this caller (lab/host/patchstore.py)
+    lab_patches(ctx.data_dir).check("patches", inp.patches, ctx.profile.patch_roots(),
+                                    ctx.principal)
+
+
 SPEC = ToolSpec(name="build", description=describe(__doc__),
                 input=BuildInput, output=BuildOutput, run=run, effect="host_only",
-                idempotent=True, budget_class="build", path_args=frozenset({"patches"}))
+                idempotent=True, budget_class="build", path_args=frozenset({"patches"}),
+                precheck=_precheck)

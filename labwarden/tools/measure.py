@@ -31,7 +31,7 @@ from labwarden.core.kernelsplit import KernelSplit, KernelSummary
 from labwarden.core.measurements import MAX_REPS, MeasurementRecord, Window
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
-from labwarden.lab import features, perfcount
+from labwarden.lab import features, perfcount, workload
 from labwarden.lab.conditions import snapshot
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel, kstat, procs, sampler, uprobes
@@ -336,8 +336,12 @@ async def run(ctx: LabContext, inp: MeasureInput) -> MeasureOutput:
     return summarize(await measure(ctx, inp))
 
 
+def _precheck(ctx: LabContext, inp: MeasureInput) -> None:
+    workload.check(ctx.profile, "stations", [inp.stations])  # only points the load can hold
+
+
 SPEC = ToolSpec(name="measure", description=describe(__doc__), input=MeasureInput,
                 output=MeasureOutput, run=run, effect="mutates_dut",
                 requires=frozenset({"lease", "board_healthy", "fingerprint_verified", "env_pinned",
                                     "topology_asserted"}),
-                budget_class="measure", measures=True)
+                budget_class="measure", measures=True, precheck=_precheck)

@@ -1,6 +1,7 @@
 """patch_submit: submit a unified diff as a new firmware patch -- checked to apply on the base
 (ref + base patches) and to compile, refused if it touches a path the profile protects; stored
-content-addressed with its author, then usable by `build` and `experiment` by its id.
+content-addressed with its author, then usable by `build` and `experiment` by its id -- by its
+submitter's principal only, unless submitted `shared`.
 The files it touches are what git changes when it applies it (any diff form counts); a patch that
 changes a protected output's code by any route (its source, a header, a build rule) is refused too.
 
@@ -34,6 +35,9 @@ class PatchSubmitInput(ToolInput):
     ref: str = Field("HEAD", max_length=100, description="git ref of the firmware repo")
     summary: str | None = Field(None, max_length=300, description="what it changes and why, in "
                                 "one line (shown in the experiment ledger)")
+    shared: bool = Field(False, description="let every principal of this server list, read, "
+                         "build and experiment on it (default: only yours; over HTTP each token "
+                         "NAME, or each anonymous MCP session, is a principal)")
 
 
 def store(ctx: LabContext) -> PatchStore:
@@ -45,6 +49,19 @@ def _changed(rec: builder.BuildRecipe, ref: str, base_patches: list[str], diff: 
     base = builder.git(rec.repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
     earlier = [builder.resolve_patch(p, rec.patches_dirs).data for p in base_patches]
     return patchstore.changed_paths(rec.repo, base, earlier, patchstore.normalized(diff), name)
+
+
+def _held(meta: PatchMeta, principal: str | None, shared: bool) -> PatchMeta:
+    """`meta` once `principal` submitted the same diff under the same name: they hold it too
+    (they have its content), and `shared` makes it everyone's."""
+    others = meta.submitters
+    if principal is not None and principal != meta.principal and principal not in others:
+        others = [*others, principal]
+    return meta.model_copy(update={"submitters": others, "shared": meta.shared or shared})
+
+
+def _precheck(ctx: LabContext, inp: PatchSubmitInput) -> None:
+    store(ctx).check("base_patches", inp.base_patches, ctx.profile.patch_roots(), ctx.principal)
 
 
 async def run(ctx: LabContext, inp: PatchSubmitInput) -> PatchSubmitOutput:
@@ -59,6 +76,9 @@ async def run(ctx: LabContext, inp: PatchSubmitInput) -> PatchSubmitOutput:
     patches = store(ctx)
     known = patches.meta(pid)
     if known is not None and known.base_patches == inp.base_patches and known.build_id:
+        held = _held(known, ctx.principal, inp.shared)
+        if held != known:
+            patches.update(held)
         return PatchSubmitOutput(patch_id=pid, files=known.files, base_commit=known.base_commit,
                                  base_patches=known.base_patches, build_id=known.build_id,
                                  author=patches.shown(known, ctx.principal).author, cached=True)
@@ -78,8 +98,13 @@ async def run(ctx: LabContext, inp: PatchSubmitInput) -> PatchSubmitOutput:
     meta = PatchMeta(id=pid, name=inp.name, sha256=sha, files=files, ref=inp.ref,
                      base_commit=manifest.base, base_patches=inp.base_patches,
                      build_id=manifest.build_id, author=ctx.session_id, principal=ctx.principal,
-                     summary=inp.summary,
+                     summary=inp.summary, shared=inp.shared,
                      submitted_at=patchstore.now())
+    known = patches.meta(pid)  # the same diff and name on another base: still its first author's
+    if known is not None and known.principal != ctx.principal:
+        meta = _held(known, ctx.principal, inp.shared).model_copy(update={
+            "base_commit": meta.base_commit, "base_patches": meta.base_patches,
+            "build_id": meta.build_id, "ref": meta.ref, "files": meta.files})
     patches.store(pending, meta)
     await ctx.report(3, 3, f"stored as {pid}")
     return PatchSubmitOutput(patch_id=pid, files=files, base_commit=manifest.base,
@@ -89,4 +114,4 @@ async def run(ctx: LabContext, inp: PatchSubmitInput) -> PatchSubmitOutput:
 
 SPEC = ToolSpec(name="patch_submit", description=describe(__doc__), input=PatchSubmitInput,
                 output=PatchSubmitOutput, run=run, effect="host_only", budget_class="build",
-                free_text=frozenset({"diff", "summary"}))
+                free_text=frozenset({"diff", "summary"}), precheck=_precheck)

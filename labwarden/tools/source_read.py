@@ -12,7 +12,7 @@ import asyncio
 from pydantic import Field, model_validator
 
 from labwarden.core.spec import ToolInput, ToolSpec, describe
-from labwarden.lab.host import sourcetree
+from labwarden.lab.host import patchstore, sourcetree
 from labwarden.results.source_read import SourceReadOutput
 from labwarden.tools.context import LabContext
 
@@ -37,8 +37,9 @@ class SourceReadInput(ToolInput):
 
 
 async def run(ctx: LabContext, inp: SourceReadInput) -> SourceReadOutput:
-    commit, root = await asyncio.to_thread(sourcetree.lab_tree, ctx.profile.build.repo,
-                                           ctx.data_dir, inp.ref)
+    # a build's commit of another principal's patch does not exist for this caller
+    commit, root = await asyncio.to_thread(patchstore.lab_tree, ctx.profile, ctx.data_dir,
+                                           inp.ref, ctx.principal)
     end = min(inp.end or inp.start + DEFAULT_LINES - 1, inp.start + MAX_LINES - 1)
     lines, total = await asyncio.to_thread(sourcetree.read_lines, root, inp.path, inp.start, end)
     last = inp.start + len(lines) - 1

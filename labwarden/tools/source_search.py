@@ -14,7 +14,7 @@ import asyncio
 from pydantic import Field
 
 from labwarden.core.spec import ToolInput, ToolSpec, describe
-from labwarden.lab.host import grepworker, sourcetree
+from labwarden.lab.host import grepworker, patchstore, sourcetree
 from labwarden.results.source_search import SourceSearchOutput
 from labwarden.tools.context import LabContext
 
@@ -33,8 +33,9 @@ class SourceSearchInput(ToolInput):
 
 
 async def run(ctx: LabContext, inp: SourceSearchInput) -> SourceSearchOutput:
-    commit, root = await asyncio.to_thread(sourcetree.lab_tree, ctx.profile.build.repo,
-                                           ctx.data_dir, inp.ref)
+    # a build's commit of another principal's patch does not exist for this caller
+    commit, root = await asyncio.to_thread(patchstore.lab_tree, ctx.profile, ctx.data_dir,
+                                           inp.ref, ctx.principal)
     rg = sourcetree.ripgrep()
     if rg is not None:  # a linear-time engine, in its own process
         hits = await asyncio.to_thread(sourcetree.search_ripgrep, rg, root, inp.pattern,

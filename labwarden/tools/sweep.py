@@ -20,7 +20,7 @@ from pydantic import Field, field_validator
 from labwarden.core.measurements import MeasurementRecord, SweepPoint, SweepRecord
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
-from labwarden.lab import features
+from labwarden.lab import features, workload
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.dut import datamodel
 from labwarden.results.associate import AssociateOutput
@@ -128,11 +128,15 @@ def mean_curve(record: SweepRecord) -> list[tuple[int, float]]:
     return [(p.stations, statistics.fmean(p.cpu_per_rep)) for p in record.points]
 
 
+def _precheck(ctx: LabContext, inp: SweepInput) -> None:
+    workload.check(ctx.profile, "densities", inp.densities or [])  # only points the load holds
+
+
 SPEC = ToolSpec(name="sweep", description=describe(__doc__), input=SweepInput, output=SweepOutput,
                 run=run, effect="mutates_dut",
                 requires=frozenset({"lease", "board_healthy", "fingerprint_verified", "env_pinned",
                                     "topology_asserted"}),
                 budget_class="measure", measures=True,
-                free_text=frozenset({"label"}))
+                free_text=frozenset({"label"}), precheck=_precheck)
 """`label` is a stage name shown in reports ('base HEAD', an experiment's arm): prose, never a
 path or a command, so exempt from the identifier check (bounded like any string)."""

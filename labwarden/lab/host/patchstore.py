@@ -7,12 +7,19 @@ symlinks) -- not what its headers appear to name; a protected one refuses it. A 
 is `<data>/patches/<id>.patch` beside `<id>.json` (who submitted
 it, on which base); its id is `<name>-<sha256 prefix>`, so the same diff under the same name is
 the same patch, and `build` finds it by id like a shipped one.
+
+A submitted patch belongs to the principal that submitted it (core/principals.py, the rule
+transcripts follow): another principal can neither list it, read it, build it, experiment on it,
+nor search the tree a build of it committed -- to them it does not exist -- unless it was
+submitted `shared`. A principal that submits the same diff under the same name holds it too
+(it already has the content); the author's session stays theirs alone.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -24,7 +31,10 @@ from pydantic import BaseModel, Field
 
 from labwarden.core.errors import LabError
 from labwarden.core.paths import PathRefused, is_regular_file, within
-from labwarden.lab.host.builder import BuildError
+from labwarden.core.principals import may_read
+from labwarden.lab.config import LabProfile
+from labwarden.lab.host import sourcetree
+from labwarden.lab.host.builder import BuildError, resolve_patch
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 PATCH_ID = re.compile(r"([a-z0-9][a-z0-9_-]{0,39})-([0-9a-f]{10})")
@@ -75,6 +85,10 @@ class PatchMeta(BaseModel):
     author: str | None = Field(None, description="the transcript session that submitted it "
                                "(shown only to its own principal)")
     principal: str | None = Field(None, description="who that session belonged to")
+    shared: bool = Field(False, description="visible to every principal (submitted with "
+                         "`shared: true`); else to its submitters' principals only")
+    submitters: list[str] = Field(default_factory=list, description="other principals that "
+                                  "submitted the same diff under the same name (each holds it)")
     summary: str | None = None
     submitted_at: datetime
 
@@ -205,10 +219,71 @@ class PatchStore:
     @staticmethod
     def shown(meta: PatchMeta, principal: str | None) -> PatchMeta:
         """The meta as a client of `principal` may see it: another principal's session id
-        (the author) is not theirs to know."""
+        (the author), and who else holds it, are not theirs to know."""
         if meta.principal is not None and meta.principal == principal:
             return meta
-        return meta.model_copy(update={"author": None, "principal": None})
+        return meta.model_copy(update={"author": None, "principal": None, "submitters": []})
+
+    @staticmethod
+    def visible(meta: PatchMeta, reader: str | None) -> bool:
+        """Whether a session acting for `reader` may see (list, read, build) the patch."""
+        return meta.shared or any(may_read(reader, owner)
+                                  for owner in [meta.principal, *meta.submitters])
+
+    def seen(self, reader: str | None) -> list[PatchMeta]:
+        """The stored patches `reader` may see, oldest first."""
+        return [m for m in self.all() if self.visible(m, reader)]
+
+    def hidden(self, ref: str, roots: list[Path], reader: str | None) -> bool:
+        """Whether `ref` -- a patch id or path, as `build` resolves it among `roots` -- names a
+        patch of this store `reader` may not see (a pending one included: it is nobody's yet)."""
+        if reader is None:
+            return False
+        try:
+            path = resolve_patch(ref, roots).path.resolve()
+        except (BuildError, PathRefused, OSError):
+            return False  # not a patch at all: the tool says so
+        root = self.root.resolve()
+        if root not in path.parents:
+            return False  # a shipped patch
+        meta = self.meta(path.stem) if path.parent == root else None
+        return meta is None or not self.visible(meta, reader)
+
+    def check(self, field: str, refs: list[str], roots: list[Path], reader: str | None) -> None:
+        """Refuse (as an unknown patch: another principal's does not exist for `reader`) the
+        first of `refs` that names a patch `reader` may not see."""
+        for ref in refs:
+            if self.hidden(ref, roots, reader):
+                known = ", ".join(m.id for m in self.seen(reader)[-8:]) or "none of yours"
+                raise PatchError(f"{field}: unknown patch {ref[:64]!r}",
+                                 f"use a shipped patch id or one you submitted ({known}); "
+                                 "patch_submit stores new ones")
+
+    def hidden_commit(self, repo: Path, builds: Path, commit: str, reader: str | None) -> bool:
+        """Whether `commit` is a build's commit (base + patches, outside the repo's history)
+        that applied a patch `reader` may not see: its tree is that patch's content."""
+        if reader is None:
+            return False
+        refs = subprocess.run(["git", "-C", str(repo), "for-each-ref", "--count=1",
+                               "--format=%(refname)", "--contains", commit],
+                              capture_output=True, text=True)
+        if refs.returncode == 0 and refs.stdout.strip():
+            return False  # the firmware's own history
+        for manifest in builds.glob("*/manifest.json") if builds.is_dir() else []:
+            try:
+                data = json.loads(manifest.read_text())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(data, dict) or data.get("git_hash") != commit:
+                continue
+            for name in data.get("patches") or []:
+                stem = str(name).removesuffix(".patch")
+                if PATCH_ID.fullmatch(stem) and (self.path(stem).exists()
+                                                 or (self.root / ".pending" / name).exists()):
+                    meta = self.meta(stem)
+                    if meta is None or not self.visible(meta, reader):
+                        return True
+        return False
 
     def pending(self, pid: str, diff: str) -> Path:
         """Where a diff waits while it is checked: under its final name (builds record patch
@@ -222,6 +297,10 @@ class PatchStore:
     def store(self, pending: Path, meta: PatchMeta) -> None:
         """Move a checked diff in place; the meta file is written last (it marks complete)."""
         pending.replace(self.path(meta.id))
+        self.update(meta)
+
+    def update(self, meta: PatchMeta) -> None:
+        """Rewrite a stored patch's meta (who holds it, shared), atomically."""
         tmp = self.root / f".{meta.id}.{os.getpid()}.json"
         tmp.write_text(meta.model_dump_json(indent=1))
         tmp.replace(self.root / f"{meta.id}.json")
@@ -243,3 +322,16 @@ def lab_patches(data_dir: Path) -> PatchStore:
     """The patches submitted to a lab (its data dir's `patches/`), where patch_submit writes and
     experiment reads them."""
     return PatchStore(data_dir / "patches")
+
+
+def lab_tree(profile: LabProfile, data_dir: Path, ref: str, reader: str | None) -> tuple[str, Path]:
+    """sourcetree.lab_tree for a session acting for `reader`: a build's commit that applied
+    another principal's patch is no commit for it (its tree is that patch), answered as a ref
+    the repo does not have."""
+    repo = Path(profile.build.repo).expanduser()
+    commit = sourcetree.resolve_commit(repo, ref)
+    builds = Path(profile.build.builds).expanduser()
+    if lab_patches(data_dir).hidden_commit(repo, builds, commit, reader):
+        raise sourcetree.SourceError(f"ref: no commit {ref!r} in {repo}",
+                                     "use HEAD, a branch or a commit hash of the firmware repo")
+    return sourcetree.lab_tree(profile.build.repo, data_dir, commit)

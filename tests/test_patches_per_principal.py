@@ -1,0 +1,105 @@
+"""Submitted patches belong to their principal (lab/host/patchstore.py, README "Over HTTP"): over
+HTTP with named tokens, bob can neither list, read, build, experiment on, base a patch on, nor
+search the built tree of alice's patch -- to him it does not exist, whatever spelling he tries
+(its id, a prefix of its name, its file's path, the build's commit) -- while alice can; once
+alice submits it `shared`, bob lists and builds it too. A real `labwarden serve --http`, the
+SDK's client, a real vlab build. Before, bob could do all of it (only the author was masked)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from labwarden.vlab.layout import VlabLayout
+
+from .httplab import stop
+from .patching import BULK, change
+from .test_mcp_server import _serve_http
+
+pytestmark = pytest.mark.anyio
+
+
+def _ok(res: Any) -> dict[str, Any]:
+    assert not res.is_error, res.content
+    out: dict[str, Any] = res.structured_content
+    return out
+
+
+def _refused(res: Any) -> str:
+    assert res.is_error, res.structured_content
+    text: str = res.content[0].text
+    return text
+
+
+async def _index(client: Client) -> list[str]:
+    got = json.loads((await client.read_resource("labwarden://patches/index")).contents[0].text)  # type: ignore[union-attr]
+    return [m["id"] for m in got]
+
+
+async def test_a_patch_is_its_principals_unless_shared(vlab: VlabLayout, tmp_path: Path) -> None:
+    tokens = {"alice": secrets.token_urlsafe(24), "bob": secrets.token_urlsafe(24)}
+    tf = tmp_path / "tokens"
+    tf.write_text("".join(f"{n} {t}\n" for n, t in tokens.items()))
+    tf.chmod(0o600)
+    proc, port = _serve_http(vlab, "--token-file", str(tf))
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def client(who: str) -> Client:
+        http = httpx.AsyncClient(headers={"Authorization": f"Bearer {tokens[who]}"}, timeout=300)
+        return Client(streamable_http_client(url, http_client=http))
+
+    submit = {"name": "alicebulk", "diff": change("hal.c", *BULK), "summary": "bulk pull"}
+    try:
+        async with client("alice") as alice, client("bob") as bob:
+            pid = _ok(await alice.call_tool("patch_submit", submit))["patch_id"]
+            built = _ok(await alice.call_tool("build", {"patches": [pid]}))
+            commit = built["git_hash"]
+            # alice: hers to list, read, build and search
+            assert pid in await _index(alice)
+            one = json.loads((await alice.read_resource(f"labwarden://patches/{pid}")).contents[0].text)  # type: ignore[union-attr]
+            assert one["diff"] == submit["diff"] and one["principal"] == "bearer:alice"
+            found = _ok(await alice.call_tool("source_search", {"pattern": "return 1;",
+                                                                 "ref": commit, "path_glob": "hal.c"}))
+            assert found["total"] >= 1
+
+            # bob: it does not exist, by any name
+            assert pid not in await _index(bob)
+            with pytest.raises(MCPError, match="no submitted patch") as exc:
+                await bob.read_resource(f"labwarden://patches/{pid}")
+            assert pid not in str(exc.value).split("known:")[-1]
+            path = str(vlab.data_dir / "patches" / f"{pid}.patch")
+            for ref in (pid, "alicebulk", path):
+                text = _refused(await bob.call_tool("build", {"patches": [ref]}))
+                assert "unknown patch" in text and "remedy" in text, text
+                assert pid not in text.replace(repr(ref)[1:-1], ""), text  # named only as asked
+            text = _refused(await bob.call_tool("experiment", {"patch": pid}))
+            assert "unknown patch" in text, text
+            text = _refused(await bob.call_tool("patch_submit", {
+                "name": "onalice", "diff": change("hal.c", "return 0;", "return 0; "),
+                "base_patches": [pid]}))
+            assert "unknown patch" in text, text
+            for tool, args in (("source_search", {"pattern": "return 1;", "ref": commit}),
+                               ("source_read", {"path": "hal.c", "ref": commit})):
+                text = _refused(await bob.call_tool(tool, args))
+                assert "no commit" in text, text
+            # the firmware's own history stays readable to everyone
+            _ok(await bob.call_tool("source_read", {"path": "hal.c", "ref": "HEAD"}))
+
+            # shared on purpose: submitted again with shared, it is everyone's
+            again = _ok(await alice.call_tool("patch_submit", {**submit, "shared": True}))
+            assert again["patch_id"] == pid and again["cached"]
+            assert pid in await _index(bob)
+            seen = json.loads((await bob.read_resource(f"labwarden://patches/{pid}")).contents[0].text)  # type: ignore[union-attr]
+            assert seen["shared"] and seen["author"] is None and seen["principal"] is None
+            assert _ok(await bob.call_tool("build", {"patches": [pid]}))["git_hash"] == commit
+            _ok(await bob.call_tool("source_read", {"path": "hal.c", "ref": commit}))
+    finally:
+        stop(proc)
