@@ -319,7 +319,7 @@ def test_the_loop_writes_judges_and_reports_its_own_patches(vlab_root: VlabLayou
     for exp in (bulk, drop, noop):
         assert exp["patch"] in ledger and f'data-decision="{exp["decision"]}"' in ledger
     assert f"{bulk['delta_pct']:+.1f}" in ledger and "compile failed" in ledger
-    assert "Differential" in report and report.count('<iframe class="flame"') >= 2
+    assert "Differential" in report and report.count('<img class="flame"') >= 2
     assert "bulk-pull" in report.split('id="curve-table"')[1].split("</table>")[0]
     counters = report.split('id="counter-table"')[1].split("</table>")[0]
     assert "rpc_calls/s" in counters and "dm_write_txns/s" in counters  # the profile's own

@@ -154,7 +154,146 @@ def test_a_kept_experiment_brings_its_curves_and_its_differential_flame_graph(tm
     assert kept.diff_svg == str(svgs["diff"].resolve()) and kept.samples == 900
     assert [t.symbol for t in kept.top_deltas] == ["wld_ad_syncInfo"]
     html = render.render(d)
-    assert html.count("<iframe") == 3, "before, after and differential"
+    assert html.count('<img class="flame"') == 3, "before, after and differential"
     assert "outside" not in html
     assert "measurement prof-000000000001 at 18 clients, 900 samples, 0.4% unknown frames" in html
     assert "<code>wld_ad_syncInfo</code>" in html
+
+
+def _text_of(svg: str) -> list[str]:
+    """The texts matplotlib drew (its SVG keeps each as a comment beside the glyph paths)."""
+    return re.findall(r"<!-- (.*?) -->", svg)
+
+
+def test_one_workload_point_is_a_bar_per_stage_not_a_line_over_a_degenerate_axis() -> None:
+    from labwarden.report.data import Stage
+    from labwarden.report.plot import curves_svg
+
+    one = [Stage(label=label, sweep=_sweep(f"swp-00000000003{i}", label, cpu).model_copy(
+        update={"points": [_sweep("x", "", cpu).points[0].model_copy(update={"stations": 0})]}),
+        measurements=[]) for i, (label, cpu) in enumerate((("base HEAD", 30.0), ("0901", 20.0)))]
+    texts = _text_of(curves_svg(one, None))
+    assert "base HEAD" in texts and "0901" in texts, "the x axis names the stages"
+    assert not any(t.startswith(("−0.0", "-0.0", "0.02", "0.04")) for t in texts), texts
+    assert "30.00 ± 0.50" in texts and "20.00 ± 0.50" in texts
+    assert "stage (one workload point: the DUT's own workload)" in texts
+    at18 = _text_of(curves_svg(one[:1] and [one[0].model_copy(update={"sweep": _sweep("a", "A", 3.0)})],
+                               "clients"))
+    assert "stage (one workload point: 18 clients)" in at18
+
+
+def _nested(tool: str, out: BaseModel, parent: str) -> ToolCalled:
+    return ToolCalled.of(ToolCallRecord(tool=tool, args={}, ok=True,
+                                        result=out.model_dump(mode="json")), parent_id=parent)
+
+
+def test_an_experiments_nested_compare_and_gates_are_shown_each_once(tmp_path: Path) -> None:
+    """The experiment's compare and gate_check are nested calls (written before the
+    experiment's own event): the report counts the comparison, and lists the experiment's
+    gates once each -- its screening's parity gates and the survivor's gate_check (which checks
+    the parity gates again on the full sweeps) merged by name, both evidences kept."""
+    from labwarden.core.experiments import Experiment, Gate
+    from labwarden.tools.experiment import summarize
+
+    records = RecordStore(tmp_path)
+    a, b = _sweep("swp-00000000002a", "base HEAD", 30.0), _sweep("swp-00000000002b", "0901", 20.0)
+    for rec in (a, b):
+        records.save("swp", rec.id, rec)
+    screen = [Gate.judged("offered_load_parity", True, "6.0 -> 6.0 calls/s"),
+              Gate.not_applicable("declared_parity", "no check declared")]
+    checked = GateOutput(sweep_id=b.id, passed=True, failed=[],
+                         not_applicable=["declared_parity", "cpu_monotonic"], gates=[
+                             CheckedGate.judged("offered_load_parity", True, "6.1 -> 6.0 calls/s"),
+                             CheckedGate.not_applicable("declared_parity", "no check declared"),
+                             CheckedGate.not_applicable("cpu_monotonic", "one point"),
+                             CheckedGate.judged("conditions_verified", True, "all pinned")])
+    exp = Experiment(id="exp-00000000002c", patch="0901", ref="HEAD", started_at=datetime.now(UTC),
+                     sweep_a=a.id, sweep_b=b.id, decision="kept", reason="improved",
+                     gates=[*screen, *(Gate(name=g.name, passed=g.passed, status=g.status,
+                                            evidence=("full sweep: " if g.name in
+                                                      {"offered_load_parity", "declared_parity"}
+                                                      else "") + g.evidence)
+                                       for g in checked.gates)])
+    records.save("exp", exp.id, exp)
+    compare = CompareOutput(baseline=a.id, candidate=b.id, baseline_build="b1", candidate_build="b2",
+                            verdict="improved", deltas=[PointDelta(
+                                stations=18, baseline_mean=30.0, candidate_mean=20.0, delta_pp=-10.0,
+                                delta_pct=-33.3, p_value=0.001, ci95_pp=(-11.0, -9.0),
+                                ci95_pct=(-36.0, -30.0), verdict="improved")])
+    top = ToolCallRecord(tool="experiment", args={"patch": "0901"}, ok=True,
+                         result=summarize(exp).model_dump(mode="json"))
+    with TranscriptStore(tmp_path / "t.db") as store:
+        sid = store.start_session("test")
+        for ev in (_nested("sweep", SweepOutput(sweep_id=a.id, label=a.label, build_id="b1",
+                                                points=a.points, cleanup_count=0, idle_note=None), top.id),
+                   _nested("compare", compare, top.id), _nested("gate_check", checked, top.id),
+                   ToolCalled.of(top)):
+            store.append(sid, ev)
+        d = report_data.collect(store, sid, tmp_path, "nested",
+                                declared_counters={"rpc_calls": "getStationStats"})
+    assert [x.id for x in d.experiments] == [exp.id]
+    assert d.compares == [compare] and d.gates == [checked] and d.tool_calls == 1
+    assert d.gates_of_experiment == {b.id: exp.id}
+    (section,) = d.gate_sections
+    assert [r.name for r in section.rows] == ["offered_load_parity", "declared_parity",
+                                              "cpu_monotonic", "conditions_verified"]
+    assert section.rows[0].evidence == ["6.0 -> 6.0 calls/s", "full sweep: 6.1 -> 6.0 calls/s"]
+    assert section.not_applicable == ["declared_parity", "cpu_monotonic"] and not section.failed
+    html = render.render(d)
+    assert "base HEAD → 0901" in html and html.count('class="gate-row"') == 4
+    assert "declared_parity, cpu_monotonic<" in html and "declared_parity, declared_parity" not in html
+    assert "<code>rpc_calls</code>" in html and "<code>getStationStats</code>" in html
+    assert "declares no" not in html and "no sweep here counted it" not in html.split(
+        'id="declared-counters"')[0]
+
+
+def test_declared_counters_are_named_without_a_sweep(tmp_path: Path) -> None:
+    """A report with no sweep (a bisection's windows live in its own record) still names the
+    profile's counters; only a profile that declares none says so."""
+    with TranscriptStore(tmp_path / "t.db") as store:
+        sid = store.start_session("test")
+        d = report_data.collect(store, sid, tmp_path, "bisect only",
+                                declared_counters={"rpc_calls": "getStationStats",
+                                                   "dm_write_txns": "dm_finalize_transaction"})
+        none = report_data.collect(store, sid, tmp_path, "no counters")
+    html = render.render(d)
+    assert d.counters == ["rpc_calls", "dm_write_txns"] and d.measured_counters == []
+    assert html.count('class="declared-counter"') == 2 and "dm_finalize_transaction" in html
+    assert "declares no" not in html and "No sweep in this report counted them" in html
+    assert "The profile declares no [target] uprobes" in render.render(none)
+
+
+def test_a_flame_graph_is_embedded_as_a_static_svg(tmp_path: Path) -> None:
+    """inferno's own SVG without its script, handlers and controls; frames and titles kept."""
+    import subprocess
+    import xml.etree.ElementTree as ET
+
+    from labwarden.lab.host.binaries import which
+    from labwarden.report.static_svg import NotAnSvg, static_svg
+
+    inferno = which("inferno-flamegraph")
+    if inferno is None:
+        from .ci_skips import missing
+        missing("inferno-flamegraph not installed (make setup: cargo install inferno --root .tools)")
+    folded = b"main;poll;getStationStats;dm_finalize_transaction 70\nmain;poll;trace 20\nmain;idle 10\n"
+    svg = subprocess.run([inferno], input=folded, capture_output=True, check=True).stdout
+    assert b"<script" in svg and b"onload=" in svg, "inferno draws with script when it can"
+    out = static_svg(svg)
+    root = ET.fromstring(out.encode())
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    assert "<script" not in out and not re.search(r"\son[a-z]+=", out)
+    assert 'id="search"' not in out and 'id="unzoom"' not in out
+    assert out.count("<rect") == svg.count(b"<rect") and "dm_finalize_transaction" in out
+    assert "<title>dm_finalize_transaction (70 samples, 70.00%)</title>" in out
+    hostile = (b'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">'
+               b'<script>alert(1)</script><rect onclick="x()" width="1"/><image xlink:href="http://e/x"/>'
+               b'<foreignObject><div>x</div></foreignObject><use xlink:href="#a"/></svg>')
+    clean = static_svg(hostile)
+    assert "alert" not in clean and "onclick" not in clean and "http://e" not in clean
+    assert "foreignObject" not in clean and 'href="#a"' in clean
+    for bad in (b"<html/>", b"not xml"):
+        try:
+            static_svg(bad)
+        except NotAnSvg:
+            continue
+        raise AssertionError(bad)

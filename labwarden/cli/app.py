@@ -30,8 +30,9 @@ class Root(LazyGroup):
                        "tracefs/uprobes, inferno, cargo, gcc; name each remedy."),
         "demo": Lazy("labwarden.cli.run:demo", "Tell the WiFi-daemon field study's story on a lab "
                      "brought up and down around it: the vlab (default) or the qlab."),
-        "report": Lazy("labwarden.cli.report:report", "Write a session's report as one "
-                       "self-contained HTML file and print its path."),
+        "report": Lazy("labwarden.cli.report:report", "Write a report of one session, several, "
+                       "or every session of the lab (--all) as one self-contained HTML file and "
+                       "print its path."),
         "vlab": Lazy("labwarden.cli.vlab:app", "The virtual lab: a DUT of real processes, perf and "
                      "SSH on loopback."),
         "qlab": Lazy("labwarden.cli.qlab:app", "The qlab: a real-kernel DUT under QEMU (labgrid), "

@@ -7,7 +7,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from labwarden.core.experiments import Bisection, Experiment, FunctionDelta
+from labwarden.core.events import ToolCalled
+from labwarden.core.experiments import Bisection, Experiment, FunctionDelta, Gate
 from labwarden.core.measurements import MeasurementRecord, SweepRecord
 from labwarden.core.paths import PathRefused, contained
 from labwarden.core.records import RecordNotFound, RecordStore, RecordUnreadable
@@ -93,6 +94,45 @@ class Flame(BaseModel):
         return self.model_copy(update=paths)
 
 
+class GateRow(BaseModel):
+    """One gate, once: the verdicts a judge gave it (an experiment checks its parity gates at
+    the screening and again on the full sweeps) merged into one status with every evidence."""
+
+    name: str
+    status: str
+    evidence: list[str]
+
+
+class GateSection(BaseModel):
+    """The gates of one judged thing: an experiment (its record's gates: screening and the
+    survivor's gate_check), or a sweep a client's gate_check judged."""
+
+    title: str
+    experiment_id: str | None = None
+    rows: list[GateRow]
+
+    @property
+    def failed(self) -> list[str]:
+        return [r.name for r in self.rows if r.status == "failed"]
+
+    @property
+    def not_applicable(self) -> list[str]:
+        return [r.name for r in self.rows if r.status == "not_applicable"]
+
+
+def merged_gates(gates: list[Gate]) -> list[GateRow]:
+    """Each gate once, in first-seen order: failed when any verdict failed, else passed when any
+    passed, else not applicable; the evidence of every verdict, each once."""
+    rows: dict[str, GateRow] = {}
+    for g in gates:
+        row = rows.setdefault(g.name, GateRow(name=g.name, status=g.status, evidence=[]))
+        if g.status == "failed" or (g.status == "passed" and row.status == "not_applicable"):
+            row.status = g.status
+        if g.evidence not in row.evidence:
+            row.evidence.append(g.evidence)
+    return list(rows.values())
+
+
 class ReportData(BaseModel):
     title: str
     session_id: str
@@ -123,6 +163,22 @@ class ReportData(BaseModel):
     unreadable: list[str] = []
     """Results and records this labwarden could not read (another version wrote them), each
     with why: left out of the report, and said so."""
+    sessions: list[str] = []
+    """Every session the report reads, oldest first (the last is `session_id`): one, or the
+    sessions of one lab's ledger."""
+    anchors: dict[str, str] = {}
+    """Each session's anchor line (`anchor` is the last one's)."""
+    labs: list[str] = []
+    """The lab names the sessions recorded, each once."""
+    declared_counters: dict[str, str] = {}
+    """The profile's own counters ([target] uprobes: counter -> function), named whether or not
+    a measurement in these sessions counted them."""
+    sweep_labels: dict[str, str] = {}
+    """Labels of every sweep these sessions took, nested ones too (an experiment's A and B): a
+    comparison or a gate names its sweeps by them."""
+    gates_of_experiment: dict[str, str] = {}
+    """sweep id -> experiment id, for gate_check calls an experiment made (nested): they are
+    shown with that experiment's gates, once."""
 
     @property
     def axis(self) -> str | None:
@@ -131,8 +187,9 @@ class ReportData(BaseModel):
         return next((s.sweep.axis for s in self.stages), "clients")
 
     def label(self, sweep_id: str) -> str:
-        """A sweep by its stage's label (its id when the report has no stage of it)."""
-        return next((s.label for s in self.stages if s.sweep.id == sweep_id), sweep_id)
+        """A sweep by its stage's label (else its recorded label, else its id)."""
+        return next((s.label for s in self.stages if s.sweep.id == sweep_id),
+                    self.sweep_labels.get(sweep_id, sweep_id))
 
     def point(self, n: int) -> str:
         """A workload point in the lab's own words: "114 clients", "4 streams", "own workload"."""
@@ -140,12 +197,42 @@ class ReportData(BaseModel):
 
     @property
     def counters(self) -> list[str]:
-        """The lab's own counters (its profile's uprobes, as measured), in first-seen order."""
-        seen: dict[str, None] = {}
+        """The lab's own counters: the profile's uprobes as declared, then any other a
+        measurement counted (an older profile's), in first-seen order."""
+        seen: dict[str, None] = dict.fromkeys(self.declared_counters)
         for s in self.stages:
             for p in s.sweep.points:
                 seen.update(dict.fromkeys(p.counters))
         return list(seen)
+
+    @property
+    def measured_counters(self) -> list[str]:
+        """The counters some sweep point of this report counted."""
+        return [c for c in self.counters
+                if any(c in p.counters for s in self.stages for p in s.sweep.points)]
+
+    @property
+    def gate_sections(self) -> list[GateSection]:
+        """Every gate once per judged thing: each experiment's gates (screening parity and the
+        survivor's gate_check merged by name), then each gate_check a client asked for (and any
+        an experiment asked for whose record does not hold it)."""
+        out: list[GateSection] = []
+        shown: set[str] = set()
+        for x in self.experiments:
+            if not x.gates:
+                continue
+            out.append(GateSection(title=f"experiment {x.patch_name or x.patch} ({x.id}): "
+                                   f"{x.decision}", experiment_id=x.id, rows=merged_gates(list(x.gates))))
+            if x.sweep_b and any(g.evidence.startswith("full sweep") or g.name not in
+                                 ("offered_load_parity", "declared_parity") for g in x.gates):
+                shown.add(x.sweep_b)
+        for g in self.gates:
+            if g.sweep_id in shown:  # its gates are in that experiment's section
+                continue
+            owner = self.gates_of_experiment.get(g.sweep_id)
+            title = self.label(g.sweep_id) + (f" (inside experiment {owner})" if owner else "")
+            out.append(GateSection(title=title, rows=merged_gates(list(g.gates))))
+        return out
 
 
 def _load(records: RecordStore, kind: str, rid: str, cls: type[M], unreadable: list[str]) -> M | None:
@@ -182,13 +269,24 @@ def _experiment(records: RecordStore, exp: Experiment, stages: list[Stage],
 
 
 def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
-            earlier: list[str] | None = None) -> ReportData:
-    """The report of a session; `earlier`: sessions it resumed (oldest first), read before it."""
+            earlier: list[str] | None = None, *,
+            declared_counters: dict[str, str] | None = None) -> ReportData:
+    """The report of a session; `earlier`: sessions read before it (oldest first) -- the ones
+    it resumed, or the rest of a lab's ledger. `declared_counters`: the profile's [target]
+    uprobes, named in the report whether or not a measurement counted them.
+
+    A client's calls make the sections; a nested call (one a tool such as `experiment` made
+    through ctx.call) adds what its parent's record does not hold: its comparison, its gates,
+    its sweep's label. Its sweeps and flame graphs come from the parent's record (a kept
+    candidate's), so nothing is drawn twice."""
     records = RecordStore(data_dir)
-    info = store.session(session_id)
+    sessions = [*(earlier or []), session_id]
+    infos = [store.session(sid) for sid in sessions]
     stages: list[Stage] = []
-    compares: list[CompareOutput] = []
-    gates: list[GateOutput] = []
+    compares: dict[tuple[str, str], CompareOutput] = {}
+    gates: dict[str, GateOutput] = {}
+    gate_owner: dict[str, str] = {}  # sweep id -> the call id of the experiment that judged it
+    sweep_labels: dict[str, str] = {}
     syms: list[Flame] = []
     attrs: list[AttributeOutput] = []
     tokens = {"input": 0, "output": 0, "cache_write": 0, "cache_read": 0}
@@ -197,12 +295,23 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
     healed: list[str] = []
     result_tokens: dict[str, int] = {}
     experiments: list[Experiment] = []
+    experiment_of_call: dict[str, str] = {}  # an experiment call's id -> its record's id
     rejected: list[Rejected] = []
     bisections: list[Bisection] = []
     traffic: list[TrafficSweepOutput] = []
     saturations: list[SaturateOutput] = []
     unreadable: list[str] = []
-    events = [ev for sid in [*(earlier or []), session_id] for ev in store.events(sid)]
+    events = [ev for sid in sessions for ev in store.events(sid)]
+    parents = {e.event.call.id: e.event.parent_id for e in events
+               if isinstance(e.event, ToolCalled) and e.event.call.id}
+
+    def root(call_id: str) -> str:
+        seen = {call_id}
+        while (up := parents.get(call_id)) is not None and up not in seen:
+            seen.add(up)
+            call_id = up
+        return call_id
+
     for ev in events:
         e = ev.event
         if e.kind == "model_call":
@@ -218,8 +327,25 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
                 refused += 1
             elif e.decision == "heal":
                 healed += e.changes
-        elif e.kind == "tool_called" and e.parent_id is None:  # a client's call: a nested
-            # one's effect is reported by its parent (an experiment's record holds its sweeps)
+        elif e.kind == "tool_called" and e.parent_id is not None:  # a call a tool made
+            if e.call.tool not in ("compare", "gate_check", "sweep") or not e.call.ok:
+                continue
+            try:
+                out = output_of(e.call)
+            except UnreadableResult as exc:
+                unreadable.append(f"{exc.problem} ({exc.remedy})")
+                continue
+            match out:
+                case CompareOutput():
+                    compares.pop((out.baseline, out.candidate), None)
+                    compares[(out.baseline, out.candidate)] = out
+                case GateOutput():
+                    gates.pop(out.sweep_id, None)
+                    gates[out.sweep_id] = out
+                    gate_owner[out.sweep_id] = root(e.parent_id)
+                case SweepOutput() if out.label:
+                    sweep_labels[out.sweep_id] = out.label
+        elif e.kind == "tool_called":  # a client's call
             calls += 1
             c = e.call
             result_tokens[c.tool] = result_tokens.get(c.tool, 0) + e.result_tokens_est
@@ -238,14 +364,19 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
                     if rec is not None:  # a sweep whose record is gone has no curve to draw
                         stages.append(_stage(records, rec, rec.id, unreadable))
                 case CompareOutput():
-                    compares.append(out)
+                    compares.pop((out.baseline, out.candidate), None)  # asked again: the last
+                    compares[(out.baseline, out.candidate)] = out
                 case GateOutput():
-                    gates.append(out)
+                    gates.pop(out.sweep_id, None)  # checked again: the last verdict, once
+                    gates[out.sweep_id] = out
+                    gate_owner.pop(out.sweep_id, None)
                 case SymbolizeOutput():
                     syms.append(Flame.of_symbolize(out).contained(data_dir / "symbolized"))
                 case AttributeOutput():
                     attrs.append(out)
                 case ExperimentOutput():
+                    if c.id:
+                        experiment_of_call[c.id] = out.experiment_id
                     exp = _load(records, "exp", out.experiment_id, Experiment, unreadable)
                     if exp is not None:
                         experiments.append(exp)
@@ -265,13 +396,21 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
                                     else ",".join(sorted(set(w.conditions.governors)))),
                          boost=w.conditions.boost, clk_tck=w.conditions.clk_tck, host=w.conditions.host)
                for s in stages for p in s.measurements for w in p.windows]
-    return ReportData(title=title, session_id=session_id, lab=info.get("lab_name"), stages=stages,
-                      compares=compares, gates=gates, symbolized=syms, attributions=attrs,
+    anchors = {sid: _anchor(store, sid) for sid in sessions}
+    labs = list(dict.fromkeys(str(i["lab_name"]) for i in infos if i.get("lab_name")))
+    return ReportData(title=title, session_id=session_id, lab=infos[-1].get("lab_name"),
+                      stages=stages, compares=list(compares.values()), gates=list(gates.values()),
+                      symbolized=syms, attributions=attrs,
                       windows=windows, model_calls=model_calls, tokens=tokens, cost_usd=round(cost, 4),
                       tool_calls=calls, refused=refused, healed=healed, result_tokens=result_tokens,
-                      anchor=_anchor(store, session_id), experiments=experiments,
+                      anchor=anchors[session_id], experiments=experiments,
                       rejected=rejected, bisections=bisections, traffic=traffic,
-                      saturations=saturations, unreadable=unreadable)
+                      saturations=saturations, unreadable=unreadable, sessions=sessions,
+                      anchors=anchors, labs=labs, declared_counters=dict(declared_counters or {}),
+                      sweep_labels=sweep_labels,
+                      gates_of_experiment={sid: experiment_of_call[call]
+                                           for sid, call in gate_owner.items()
+                                           if call in experiment_of_call})
 
 
 def _anchor(store: TranscriptStore, session_id: str) -> str:

@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: a report is rendered where no display exists
 import matplotlib.pyplot as plt
 
+from labwarden.core.experiments import Experiment
 from labwarden.report.data import Stage
 from labwarden.results.saturate import SaturateOutput
 from labwarden.results.traffic_sweep import TrafficSweepOutput
@@ -19,7 +20,10 @@ from labwarden.results.traffic_sweep import TrafficSweepOutput
 
 def curves_svg(stages: list[Stage], axis: str | None = "clients") -> str:
     """CPU per stage over the workload points (`axis`: what they count; None: one point, the
-    DUT's own workload, drawn at 0)."""
+    DUT's own workload). With one workload point there is no curve to draw: each stage is a bar
+    with its spread (points_svg), not a line over a degenerate x axis."""
+    if len({p.stations for st in stages for p in st.sweep.points}) == 1:
+        return points_svg(stages, axis)
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     for st in stages:
         xs = [p.stations for p in st.sweep.points]
@@ -34,6 +38,69 @@ def curves_svg(stages: list[Stage], axis: str | None = "clients") -> str:
     ax.set_ylim(bottom=0)
     if stages:
         ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def points_svg(stages: list[Stage], axis: str | None = "clients") -> str:
+    """One workload point: a bar per stage (A, B, ...) at its mean CPU, the error bar its
+    stdev over reps and the value written on it; the x axis names the stages."""
+    pts = [(st.label, p) for st in stages for p in st.sweep.points]
+    n = pts[0][1].stations if pts else 0
+    where = f"{n} {axis}" if axis else "the DUT's own workload"
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(pts) + 2), 4.5), dpi=100)
+    xs = list(range(len(pts)))
+    ys = [p.cpu_mean for _, p in pts]
+    es = [p.cpu_stdev for _, p in pts]
+    palette = ["C0", "C2", "C4", "C9", "C5", "C7", "C8"]  # no orange or red: those are the
+    colors = [palette[i % len(palette)] for i in xs]  # flame graphs' (and a failed gate's)
+    ax.bar(xs, ys, yerr=es, capsize=6, color=colors, alpha=0.8, width=0.6)
+    for x, y, e in zip(xs, ys, es, strict=True):
+        ax.annotate(f"{y:.2f} ± {e:.2f}", (x, y + e), textcoords="offset points", xytext=(0, 4),
+                    ha="center", fontsize=8)
+    ax.set_xticks(xs, [label for label, _ in pts], rotation=15 if len(pts) > 3 else 0, fontsize=8)
+    ax.set_xlim(-0.6, max(len(pts) - 0.4, 0.6))
+    ax.set_xlabel(f"stage (one workload point: {where})")
+    ax.set_ylabel("target CPU, % of one core")
+    ax.set_title(f"CPU at {where}, per stage (mean ± stdev over reps)")
+    ax.grid(alpha=0.3, axis="y")
+    ax.set_ylim(bottom=0, top=max([y + e for y, e in zip(ys, es, strict=True)] or [1.0]) * 1.18)
+    return _svg(fig)
+
+
+def judged_svg(experiments: list[Experiment]) -> str:
+    """What the rule saw for each screened candidate, at its one workload point: B against A as
+    Δ % with the interval its verdict rests on (the CI, or for "same" the equivalence
+    interval), the ±margin band of "same" shaded, and each decision written beside it."""
+    rows = [x for x in experiments if x.screening is not None and x.screening.looks]
+    fig, ax = plt.subplots(figsize=(8, 1.4 + 0.7 * max(len(rows), 1)), dpi=100)
+    margin = 0.0
+    for i, x in enumerate(rows):
+        assert x.screening is not None
+        lk = x.screening.final
+        margin = max(margin, lk.margin_pct)
+        iv = lk.deciding_interval()
+        color = {"kept": "#17702d", "dropped": "#b3261e"}.get(x.decision, "#555")
+        if iv is not None:
+            ax.plot(iv, [i, i], color=color, linewidth=2.5, solid_capstyle="butt")
+        ax.plot([lk.delta_pct], [i], "o", color=color)
+        ax.text(0.01, i - 0.28, f"{x.decision}: {lk.verdict} {lk.delta_pct:+.1f}% "
+                f"(A {lk.mean_a:.2f}, B {lk.mean_b:.2f}; {lk.n_a}+{lk.n_b} windows)",
+                transform=ax.get_yaxis_transform(), ha="left", va="bottom", fontsize=7.5,
+                color=color)  # inside the axes, above its row, whatever the numbers
+    if margin:
+        ax.axvspan(-margin, margin, color="#999", alpha=0.15, label=f"'same' band ±{margin:g}%")
+        ax.legend(fontsize=8, loc="lower right")
+    ax.axvline(0, color="#333", linewidth=0.8)
+    ax.set_yticks(range(len(rows)), [x.patch_name or x.patch for x in rows], fontsize=8)
+    ax.set_ylim(-0.7, max(len(rows) - 0.3, 0.7))
+    ax.invert_yaxis()
+    where = rows[0].screening.workload if rows and rows[0].screening else None
+    metric = rows[0].screening.metric if rows and rows[0].screening else "cpu"
+    ax.set_xlabel(f"B vs A, Δ % of {'target CPU' if metric == 'cpu' else metric} "
+                  "(bar: the interval the verdict rests on)")
+    ax.set_title("what the rule decided" + (f" at {where}" if where else "")
+                 + ": each candidate against its base")
+    ax.grid(alpha=0.3, axis="x")
     return _svg(fig)
 
 

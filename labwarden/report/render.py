@@ -10,8 +10,9 @@ import jinja2
 
 from labwarden import __version__
 from labwarden.core.measurements import SweepPoint
-from labwarden.report.data import Flame, ReportData, Stage
-from labwarden.report.plot import curves_svg, saturation_svg, traffic_label, traffic_svg
+from labwarden.report.data import Flame, ReportData, Stage, merged_gates
+from labwarden.report.plot import curves_svg, judged_svg, saturation_svg, traffic_label, traffic_svg
+from labwarden.report.static_svg import NotAnSvg, static_svg
 
 
 def _point(stage: Stage, n: int) -> SweepPoint | None:
@@ -41,9 +42,16 @@ def _flames(d: ReportData) -> list[dict[str, str]]:
             caption = (f"measurement {pid}" if key == "baseline_svg" else
                        f"measurement {pid} at {d.point(s.stations or 0)}, {s.samples} samples, "
                        f"{s.unknown_pct}% unknown frames")
-            # a data: URL keeps the SVG an XML document (srcdoc would parse it as HTML), and its
-            # scripts (inferno's zoom and search) run inside the sandboxed frame
-            data = base64.b64encode(path.read_bytes()).decode()
+            # drawn without script: inferno's frames are static <rect>/<text>; its script (fit
+            # to the frame, zoom, search) is taken out and the graph is an <img>, which a
+            # browser paints when the page loads (an iframe running the script drew blank
+            # boxes in a headless screenshot taken without a time budget)
+            try:
+                svg_text = static_svg(path.read_bytes())
+            except NotAnSvg as exc:
+                out.append({"title": title, "src": "", "caption": f"{caption}: not embedded ({exc})"})
+                continue
+            data = base64.b64encode(svg_text.encode()).decode()
             out.append({"title": title, "src": f"data:image/svg+xml;base64,{data}", "caption": caption})
     return out
 
@@ -67,7 +75,9 @@ def render(d: ReportData) -> str:
         d=d, plot=curves_svg(d.stages, d.axis), densities=densities, point=_point, flames=_flames(d),
         notes=_notes(d), traffic_plot=traffic_svg(d.traffic) if d.traffic else "",
         saturation_plot=saturation_svg(d.saturations) if d.saturations else "",
-        traffic_label=traffic_label,
+        traffic_label=traffic_label, merged=merged_gates,
+        judged_plot=judged_svg(d.experiments) if any(x.screening and x.screening.looks
+                                                     for x in d.experiments) else "",
         version=__version__, generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
 
