@@ -255,12 +255,14 @@ def test_declared_counters_are_named_without_a_sweep(tmp_path: Path) -> None:
         d = report_data.collect(store, sid, tmp_path, "bisect only",
                                 declared_counters={"rpc_calls": "getStationStats",
                                                    "dm_write_txns": "dm_finalize_transaction"})
-        none = report_data.collect(store, sid, tmp_path, "no counters")
+        none = report_data.collect(store, sid, tmp_path, "no counters", declared_counters={})
+        unknown = report_data.collect(store, sid, tmp_path, "not given the profile")
     html = render.render(d)
     assert d.counters == ["rpc_calls", "dm_write_txns"] and d.measured_counters == []
     assert html.count('class="declared-counter"') == 2 and "dm_finalize_transaction" in html
     assert "declares no" not in html and "No sweep in this report counted them" in html
     assert "The profile declares no [target] uprobes" in render.render(none)
+    assert "No counters measured in this report." in render.render(unknown)
 
 
 def test_a_flame_graph_is_embedded_as_a_static_svg(tmp_path: Path) -> None:

@@ -239,7 +239,7 @@ async def run_loop(profile: LabProfile, model: Model, *, goal: str | None, limit
         with TranscriptStore(db) as ended:
             report = target / "report.html"
             report.write_text(summary.html_report(ended, [sid, *chain], f"labwarden loop: {goal}",
-                                                  ctx.data_dir))
+                                                  ctx.data_dir, ctx.profile.target.uprobes))
             md = target / "summary.md"
             md.write_text(summary.markdown(ended, [sid, *chain], goal=goal, stop=outcome.stop,
                                            detail=outcome.detail, final_text=outcome.final_text,

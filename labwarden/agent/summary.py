@@ -232,10 +232,10 @@ def _data_dir(store: TranscriptStore) -> Path:
 
 
 def html_report(store: TranscriptStore, sessions: list[str], title: str,
-                data_dir: Path | None = None) -> str:
+                data_dir: Path | None = None, declared_counters: dict[str, str] | None = None) -> str:
     """The full HTML report of a run (newest session first, then the ones it resumed): curves
     of every stage and of every kept candidate, before/after/differential flame graphs, the
     experiment ledger, tokens and cost."""
     d = report_data.collect(store, sessions[0], data_dir or _data_dir(store), title,
-                            earlier=list(reversed(sessions[1:])))
+                            earlier=list(reversed(sessions[1:])), declared_counters=declared_counters)
     return report_render.render(d)

@@ -170,9 +170,9 @@ class ReportData(BaseModel):
     """Each session's anchor line (`anchor` is the last one's)."""
     labs: list[str] = []
     """The lab names the sessions recorded, each once."""
-    declared_counters: dict[str, str] = {}
+    declared_counters: dict[str, str] | None = None
     """The profile's own counters ([target] uprobes: counter -> function), named whether or not
-    a measurement in these sessions counted them."""
+    a measurement in these sessions counted them; None: the report was not given the profile."""
     sweep_labels: dict[str, str] = {}
     """Labels of every sweep these sessions took, nested ones too (an experiment's A and B): a
     comparison or a gate names its sweeps by them."""
@@ -199,7 +199,7 @@ class ReportData(BaseModel):
     def counters(self) -> list[str]:
         """The lab's own counters: the profile's uprobes as declared, then any other a
         measurement counted (an older profile's), in first-seen order."""
-        seen: dict[str, None] = dict.fromkeys(self.declared_counters)
+        seen: dict[str, None] = dict.fromkeys(self.declared_counters or {})
         for s in self.stages:
             for p in s.sweep.points:
                 seen.update(dict.fromkeys(p.counters))
@@ -406,7 +406,8 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
                       anchor=anchors[session_id], experiments=experiments,
                       rejected=rejected, bisections=bisections, traffic=traffic,
                       saturations=saturations, unreadable=unreadable, sessions=sessions,
-                      anchors=anchors, labs=labs, declared_counters=dict(declared_counters or {}),
+                      anchors=anchors, labs=labs,
+                      declared_counters=None if declared_counters is None else dict(declared_counters),
                       sweep_labels=sweep_labels,
                       gates_of_experiment={sid: experiment_of_call[call]
                                            for sid, call in gate_owner.items()
