@@ -1,7 +1,8 @@
 """Submitted patches belong to their principal (lab/host/patchstore.py, README "Over HTTP"): over
 HTTP with named tokens, bob can neither list, read, build, experiment on, base a patch on, nor
-search the built tree of alice's patch -- to him it does not exist, whatever spelling he tries
-(its id, a prefix of its name, its file's path, the build's commit) -- while alice can; once
+search, build or bisect the commit a build of alice's patch made -- to him it does not exist,
+whatever spelling he tries (its id, a prefix of its name, its file's path, that commit) -- while
+alice can; once
 alice submits it `shared`, bob lists and builds it too. A real `labwarden serve --http`, the
 SDK's client, a real vlab build. Before, bob could do all of it (only the author was masked)."""
 
@@ -87,7 +88,10 @@ async def test_a_patch_is_its_principals_unless_shared(vlab: VlabLayout, tmp_pat
                 "base_patches": [pid]}))
             assert "unknown patch" in text, text
             for tool, args in (("source_search", {"pattern": "return 1;", "ref": commit}),
-                               ("source_read", {"path": "hal.c", "ref": commit})):
+                               ("source_read", {"path": "hal.c", "ref": commit}),
+                               ("build", {"ref": commit}),  # the build's commit is the patch
+                               ("bisect", {"good": "HEAD~1", "bad": commit}),
+                               ("experiment", {"patch": "0901", "ref": commit})):
                 text = _refused(await bob.call_tool(tool, args))
                 assert "no commit" in text, text
             # the firmware's own history stays readable to everyone

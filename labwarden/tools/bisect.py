@@ -34,6 +34,7 @@ from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
 from labwarden.lab.host.builds import compiled, recipe
+from labwarden.lab.host.patchstore import check_ref
 from labwarden.results.bisect import BisectOutput
 from labwarden.tools import abtest
 from labwarden.tools.context import LabContext
@@ -226,8 +227,14 @@ async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
         commits=len(commits), reason=rec.reason, seconds=rec.seconds)
 
 
+def _precheck(ctx: LabContext, inp: BisectInput) -> None:
+    # a build's commit of another principal's patch is no ref for this caller (lab/host/patchstore.py)
+    for field in ("good", "bad"):
+        check_ref(ctx.profile, ctx.data_dir, field, getattr(inp, field), ctx.principal)
+
+
 SPEC = ToolSpec(name="bisect", description=describe(__doc__), input=BisectInput,
                 output=BisectOutput, run=run, effect="destructive",
                 requires=frozenset({"lease", "board_healthy", "env_pinned", "topology_asserted"}),
                 budget_class="measure",  # each nested flash takes its own flash slot
-                needs=frozenset({"repo_history"}))
+                needs=frozenset({"repo_history"}), precheck=_precheck)

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.host.builds import compiled, recipe
-from labwarden.lab.host.patchstore import lab_patches
+from labwarden.lab.host.patchstore import check_ref, lab_patches
 from labwarden.results.build import BuildOutput
 from labwarden.tools.context import LabContext
 
@@ -46,6 +46,7 @@ def _precheck(ctx: LabContext, inp: BuildInput) -> None:
     # another principal's submitted patch does not exist for this caller (lab/host/patchstore.py)
     lab_patches(ctx.data_dir).check("patches", inp.patches, ctx.profile.patch_roots(),
                                     ctx.principal)
+    check_ref(ctx.profile, ctx.data_dir, "ref", inp.ref, ctx.principal)  # nor a build's commit of it
 
 
 SPEC = ToolSpec(name="build", description=describe(__doc__),

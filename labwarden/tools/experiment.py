@@ -44,7 +44,7 @@ from labwarden.lab.config import LabProfile
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
 from labwarden.lab.host.builds import compiled, load_manifest, recipe
-from labwarden.lab.host.patchstore import PatchStore, ProtectedArtifact, lab_patches
+from labwarden.lab.host.patchstore import PatchStore, ProtectedArtifact, check_ref, lab_patches
 from labwarden.results.compare import CompareOutput
 from labwarden.results.experiment import ExperimentOutput
 from labwarden.results.gate_check import GateOutput
@@ -388,6 +388,7 @@ def _precheck(ctx: LabContext, inp: ExperimentInput) -> None:
     # another principal's submitted patch does not exist for this caller (lab/host/patchstore.py)
     lab_patches(ctx.data_dir).check("patch", [inp.patch, *(inp.base_patches or [])],
                                     ctx.profile.patch_roots(), ctx.principal)
+    check_ref(ctx.profile, ctx.data_dir, "ref", inp.ref, ctx.principal)
     _known(ctx, [inp.patch, *(inp.base_patches or [])])
 
 

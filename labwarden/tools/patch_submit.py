@@ -62,12 +62,14 @@ def _held(meta: PatchMeta, principal: str | None, shared: bool) -> PatchMeta:
 
 def _precheck(ctx: LabContext, inp: PatchSubmitInput) -> None:
     store(ctx).check("base_patches", inp.base_patches, ctx.profile.patch_roots(), ctx.principal)
+    patchstore.check_ref(ctx.profile, ctx.data_dir, "ref", inp.ref, ctx.principal)
 
 
 async def run(ctx: LabContext, inp: PatchSubmitInput) -> PatchSubmitOutput:
-    pid, sha = patchstore.patch_id(inp.name, inp.diff)
     section = ctx.profile.build
     rec = recipe(ctx.profile)
+    on = await asyncio.to_thread(patchstore.base_of, rec.repo, inp.ref, inp.base_patches)
+    pid, sha = patchstore.patch_id(inp.name, inp.diff, on)  # the same diff on two bases: two ids
     files = await asyncio.to_thread(_changed, rec, inp.ref, inp.base_patches, inp.diff,
                                     f"{pid}.patch")
     hit = patchstore.protected(files, section.protected)

@@ -5,8 +5,10 @@ clean worktree), never a shell. Which files it changes is what git says once it 
 every form git accepts counts (binary hunks, any prefix, quoted names, modes, renames, copies,
 symlinks) -- not what its headers appear to name; a protected one refuses it. A stored patch
 is `<data>/patches/<id>.patch` beside `<id>.json` (who submitted
-it, on which base); its id is `<name>-<sha256 prefix>`, so the same diff under the same name is
-the same patch, and `build` finds it by id like a shipped one.
+it, on which base); its id is `<name>-<sha256 prefix>` of the diff and its base (the base
+commit and base patches), so the same diff under the same name on the same base is the same
+patch -- on another base, another (ids stored before the base counted hash the diff alone, and
+keep resolving) -- and `build` finds it by id like a shipped one.
 
 A submitted patch belongs to the principal that submitted it (core/principals.py, the rule
 transcripts follow): another principal can neither list it, read it, build it, experiment on it,
@@ -19,11 +21,11 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import json
 import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
@@ -176,13 +178,26 @@ def normalized(diff: str) -> bytes:
     return (diff if diff.endswith("\n") else diff + "\n").encode()
 
 
-def patch_id(name: str, diff: str) -> tuple[str, str]:
-    """(id, sha256 of the diff)."""
+def patch_id(name: str, diff: str, base: tuple[str, Sequence[str]] | None = None) -> tuple[str, str]:
+    """(id, sha256 of the diff). `base`: (the base commit, the base patches) it is submitted on --
+    hashed into the id with the diff, so the same diff on two bases is two patches (two builds,
+    two records). Without it, the form ids had before the base counted (the diff alone): stored
+    patches and records keep their ids -- an id is a file name, resolved as it is."""
     if not NAME.fullmatch(name):
         raise PatchError(f"name: {name!r} is not a patch name",
                          "lower-case letters, digits, '-' and '_', at most 40, e.g. bulk-pull")
     sha = hashlib.sha256(normalized(diff)).hexdigest()
-    return f"{name}-{sha[:10]}", sha
+    if base is None:
+        return f"{name}-{sha[:10]}", sha
+    commit, patches = base
+    key = hashlib.sha256("\n".join(["labwarden patch on a base", sha, commit, *patches]).encode())
+    return f"{name}-{key.hexdigest()[:10]}", sha
+
+
+def base_of(repo: Path, ref: str, base_patches: Sequence[str]) -> tuple[str, list[str]]:
+    """The base `patch_id` hashes: `ref` resolved to its commit (HEAD moves; a commit does not),
+    and the base patches in order. Raises SourceError for a ref the repo lacks."""
+    return sourcetree.resolve_commit(repo.expanduser(), ref), list(base_patches)
 
 
 class PatchStore:
@@ -259,31 +274,31 @@ class PatchStore:
                                  f"use a shipped patch id or one you submitted ({known}); "
                                  "patch_submit stores new ones")
 
-    def hidden_commit(self, repo: Path, builds: Path, commit: str, reader: str | None) -> bool:
-        """Whether `commit` is a build's commit (base + patches, outside the repo's history)
-        that applied a patch `reader` may not see: its tree is that patch's content."""
+    def hidden_commit(self, repo: Path, commit: str, reader: str | None) -> bool:
+        """Whether `commit` is a build's commit -- the builder commits `apply NAME.patch ...`
+        on the base -- whose tree holds a patch `reader` may not see (that commit, or a build
+        commit it was built on), and the firmware's own history (its branches and tags) does not
+        hold it."""
         if reader is None:
+            return False
+        log = subprocess.run(["git", "-C", str(repo), "log", "-n", "16", "--first-parent",
+                              "--format=%s", commit], capture_output=True, text=True)
+        hidden = False
+        for subject in log.stdout.splitlines() if log.returncode == 0 else []:
+            if not subject.startswith("apply "):
+                break  # below the builds: the base
+            for name in subject.removeprefix("apply ").split():
+                stem = name.removesuffix(".patch")
+                if not PATCH_ID.fullmatch(stem):
+                    continue  # a shipped patch
+                meta = self.meta(stem)  # None: a submission that never got stored (nobody's)
+                hidden = hidden or meta is None or not self.visible(meta, reader)
+        if not hidden:
             return False
         refs = subprocess.run(["git", "-C", str(repo), "for-each-ref", "--count=1",
                                "--format=%(refname)", "--contains", commit],
                               capture_output=True, text=True)
-        if refs.returncode == 0 and refs.stdout.strip():
-            return False  # the firmware's own history
-        for manifest in builds.glob("*/manifest.json") if builds.is_dir() else []:
-            try:
-                data = json.loads(manifest.read_text())
-            except (OSError, ValueError):
-                continue
-            if not isinstance(data, dict) or data.get("git_hash") != commit:
-                continue
-            for name in data.get("patches") or []:
-                stem = str(name).removesuffix(".patch")
-                if PATCH_ID.fullmatch(stem) and (self.path(stem).exists()
-                                                 or (self.root / ".pending" / name).exists()):
-                    meta = self.meta(stem)
-                    if meta is None or not self.visible(meta, reader):
-                        return True
-        return False
+        return not (refs.returncode == 0 and refs.stdout.strip())  # else: the firmware's history
 
     def pending(self, pid: str, diff: str) -> Path:
         """Where a diff waits while it is checked: under its final name (builds record patch
@@ -324,14 +339,26 @@ def lab_patches(data_dir: Path) -> PatchStore:
     return PatchStore(data_dir / "patches")
 
 
+def check_ref(profile: LabProfile, data_dir: Path, field: str, ref: str | None,
+              reader: str | None) -> None:
+    """Refuse `ref` for a session acting for `reader` when it names a build's commit that applied
+    another principal's patch (building, bisecting or reading that commit is that patch): answered
+    as a ref the repo does not have. Any other ref is left to the tool."""
+    if reader is None or not ref or ref.startswith("-"):
+        return
+    repo = Path(profile.build.repo).expanduser()
+    found = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q",
+                            f"{ref}^{{commit}}"], capture_output=True, text=True)
+    if found.returncode != 0:
+        return
+    if lab_patches(data_dir).hidden_commit(repo, found.stdout.strip(), reader):
+        raise sourcetree.SourceError(f"{field}: no commit {ref[:100]!r} in {repo}",
+                                     "use HEAD, a branch or a commit hash of the firmware repo")
+
+
 def lab_tree(profile: LabProfile, data_dir: Path, ref: str, reader: str | None) -> tuple[str, Path]:
     """sourcetree.lab_tree for a session acting for `reader`: a build's commit that applied
     another principal's patch is no commit for it (its tree is that patch), answered as a ref
     the repo does not have."""
-    repo = Path(profile.build.repo).expanduser()
-    commit = sourcetree.resolve_commit(repo, ref)
-    builds = Path(profile.build.builds).expanduser()
-    if lab_patches(data_dir).hidden_commit(repo, builds, commit, reader):
-        raise sourcetree.SourceError(f"ref: no commit {ref!r} in {repo}",
-                                     "use HEAD, a branch or a commit hash of the firmware repo")
-    return sourcetree.lab_tree(profile.build.repo, data_dir, commit)
+    check_ref(profile, data_dir, "ref", ref, reader)
+    return sourcetree.lab_tree(profile.build.repo, data_dir, ref)
