@@ -348,7 +348,9 @@ def profile_page() -> str:
            "The smallest profile the model accepts:", "", "```toml", MINIMAL.rstrip(), "```", "",
            "## What an error looks like", "",
            "Every problem names its key, what was expected and, where the model has one, an "
-           "example. These are the errors of the profile above, changed:", ""]
+           "example -- when a command reads the profile, and in `labwarden lab check PROFILE`, "
+           "which lists every problem at once (`labwarden lab schema` writes the JSON Schema an "
+           "editor checks as you type). These are the errors of the profile above, changed:", ""]
     for what, change, table in BROKEN:
         shown = change if table is None else f"{table}\n{change}" if change else f"{table} left empty"
         out += [f"{what.capitalize()} (`{' / '.join(str(shown).splitlines())}`):", "",
