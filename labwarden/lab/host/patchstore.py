@@ -256,8 +256,8 @@ class PatchStore:
             return False
         try:
             path = resolve_patch(ref, roots).path.resolve()
-        except (BuildError, PathRefused, OSError):
-            return False  # not a patch at all: the tool says so
+        except (LabError, OSError, ValueError):  # ValueError: a NUL in it
+            return False  # not a patch at all: the guard or the tool says so
         root = self.root.resolve()
         if root not in path.parents:
             return False  # a shipped patch
@@ -344,11 +344,14 @@ def check_ref(profile: LabProfile, data_dir: Path, field: str, ref: str | None,
     """Refuse `ref` for a session acting for `reader` when it names a build's commit that applied
     another principal's patch (building, bisecting or reading that commit is that patch): answered
     as a ref the repo does not have. Any other ref is left to the tool."""
-    if reader is None or not ref or ref.startswith("-"):
-        return
+    if reader is None or not ref or ref.startswith("-") or any(ord(c) < 32 for c in ref):
+        return  # not a ref: the guard (it runs after this check) or the tool refuses it
     repo = Path(profile.build.repo).expanduser()
-    found = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q",
-                            f"{ref}^{{commit}}"], capture_output=True, text=True)
+    try:
+        found = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q",
+                                f"{ref}^{{commit}}"], capture_output=True, text=True)
+    except (OSError, ValueError):
+        return
     if found.returncode != 0:
         return
     if lab_patches(data_dir).hidden_commit(repo, found.stdout.strip(), reader):
