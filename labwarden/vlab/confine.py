@@ -9,10 +9,13 @@ to a uid leased for this DUT (lab/host/tenancy.py) with no capabilities and no_n
   host as its caller (root), not as stad's uid.
 - **Pid namespace.** Each service has one of its own: its /proc shows bwrap's init, the service
   and what it forked, nothing of the host. bwrap's init is the namespace's pid 1 and the service
-  its child (no `--as-pid-1`): an ns init ignores every signal it has no handler for (SIGKILL and
-  SIGSTOP from the host aside), and the host's tools send the service HUP, USR1, TERM before its
-  handler is set, ... as to any process. The host still sees the service's real pid
-  (`service_pid`): the pid files, perf, uprobes, /proc/PID/stat, SIGSTOP/SIGCONT work unchanged.
+  its child (not `--as-pid-1`): an ns init ignores every signal it has no handler for (SIGKILL
+  and SIGSTOP from the host aside), so as pid 1 a service would ignore a TERM that comes before
+  its handler is set, and HUP or USR1 from `Device.signal`, unlike on a real DUT. As pid 2 it
+  takes every signal as any process does, and the pid files hold its real host pid
+  (`service_pid`): perf, uprobes, /proc/PID/stat, SIGSTOP/SIGCONT work unchanged. When the init
+  dies the kernel kills the whole namespace: a dutd killed outright takes its services with it
+  (its parent-death signal reaches bwrap and bwrap's init, both root).
 - **Cgroup.** Each service runs in a cgroup of its own from its first instruction (bwrap
   included), named after the DUT's state dir so that `vlab up`/`down` find it after a daemon died.
   bwrap's init waits for every process in the namespace, so the supervisor waits for the service
@@ -20,7 +23,7 @@ to a uid leased for this DUT (lab/host/tenancy.py) with no capabilities and no_n
   firmware started, wherever it moved in the process tree (not a pid list).
 - **Files.** They see the DUT's own files at their usual paths, read-only -- its rootfs, overlay
   and /etc (uci config) -- plus /usr for the C library, and write only the socket directory
-  (`run/sta/`, owned by stad's uid; the supervisor opens stad's socket to stamon's uid). Not the
+  (`run/sta/`, owned by stad's uid; the supervisor gives stad's socket stamon's group). Not the
   vlab's keys, data dir or transcripts, not the host's home. No network (an empty namespace: the
   RPC is a unix socket).
 
@@ -132,10 +135,12 @@ def socket_dir(layout: VlabLayout, owner: int) -> Path:
     return path
 
 
-def open_socket(layout: VlabLayout) -> None:
-    """Let stamon's uid connect to the socket stad's uid created (connect needs write on it)."""
+def open_socket(layout: VlabLayout, monitor_gid: int) -> None:
+    """Let stamon connect to the socket stad's uid created (connect needs write on it): its group
+    becomes the monitor's, rw for the group, nothing for other uids."""
     with contextlib.suppress(FileNotFoundError):
-        layout.socket.chmod(0o666)
+        os.chown(layout.socket, -1, monitor_gid)
+        layout.socket.chmod(0o660)
 
 
 def wrap(argv: list[str], layout: VlabLayout, info_fd: int, uid: int, sock_owner: int) -> list[str]:

@@ -112,7 +112,7 @@ class ProcessManager:
                     break
                 await asyncio.sleep(0.02)
             if tenant is not None:
-                confine.open_socket(self.layout)
+                confine.open_socket(self.layout, self.tenants["stamon"].lease.gid)
         return proc
 
     async def _ended(self, name: str) -> int:
