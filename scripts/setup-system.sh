@@ -9,6 +9,8 @@ need() { command -v "$1" >/dev/null 2>&1 || missing="$missing $2"; }
 need gcc gcc; need make make; need git git; need objcopy binutils; need tar tar
 # ripgrep: source_search uses it when present (a Python fallback otherwise; tests compare both)
 need rg ripgrep
+# jq: docs/tutorial.md picks ids out of results with it (tests/test_tutorial_walk.py runs it)
+need jq jq
 command -v perf >/dev/null 2>&1 && perf --version >/dev/null 2>&1 || missing="$missing linux-perf"
 command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || missing="$missing cargo"
 # headless Chromium: the report test opens the HTML report and screenshots it

@@ -30,6 +30,7 @@ SETUP_STEPS: list[tuple[str, str, str]] = [
     (r"sshd|openssh", "OpenSSH's sshd", _SYSTEM.format("openssh-server")),
     (r"busybox", "busybox", _SYSTEM.format("busybox")),
     (r"ripgrep|\brg\b", "ripgrep", _SYSTEM.format("ripgrep")),
+    (r"\bjq\b", "jq", _SYSTEM.format("jq")),
     (r"qlab|mmdebstrap|guest image", "the qlab guest image",
      "`make setup` as root (its `qlab` step: labwarden qlab image)"),
     (r"qemu|aarch64", "QEMU user mode / the aarch64 cross toolchain",
