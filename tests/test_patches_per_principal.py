@@ -81,6 +81,12 @@ async def test_a_patch_is_its_principals_unless_shared(vlab: VlabLayout, tmp_pat
                 text = _refused(await bob.call_tool("build", {"patches": [ref]}))
                 assert "unknown patch" in text and "remedy" in text, text
                 assert pid not in text.replace(repr(ref)[1:-1], ""), text  # named only as asked
+            for tool, args in (("build", {"patches": ["nosuch"]}),
+                               ("experiment", {"patch": "nosuch"}),
+                               ("patch_submit", {"name": "x", "diff": submit["diff"],
+                                                 "base_patches": ["nosuch"]})):
+                text = _refused(await bob.call_tool(tool, args))  # the list names none of hers
+                assert "unknown patch" in text and "0901" in text and "alicebulk" not in text, text
             text = _refused(await bob.call_tool("experiment", {"patch": pid}))
             assert "unknown patch" in text, text
             text = _refused(await bob.call_tool("patch_submit", {

@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import Field
 
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab.host.builder import BuildError
 from labwarden.lab.host.builds import compiled, recipe
 from labwarden.lab.host.patchstore import check_ref, lab_patches
 from labwarden.results.build import BuildOutput
@@ -34,7 +35,13 @@ async def run(ctx: LabContext, inp: BuildInput) -> BuildOutput:
         steps.append(msg)
         asyncio.run_coroutine_threadsafe(ctx.report(len(steps), 5, msg), loop)
 
-    manifest, cached = await compiled(recipe_, inp.patches, inp.ref, progress)
+    try:
+        manifest, cached = await compiled(recipe_, inp.patches, inp.ref, progress)
+    except BuildError as exc:
+        if exc.stage == "patch lookup":  # name only the patches this caller may use
+            exc.remedy = lab_patches(ctx.data_dir).lookup_remedy(recipe_.patches_dirs,
+                                                                 ctx.principal)
+        raise
     log = Path(manifest.image).parent / "build.log"
     tail = log.read_text().splitlines()[-5:] if log.exists() else []
     return BuildOutput(build_id=manifest.build_id, git_hash=manifest.git_hash,

@@ -387,7 +387,7 @@ async def _reproduce(ctx: LabContext, exp: Experiment, where: str, *,
 def _precheck(ctx: LabContext, inp: ExperimentInput) -> None:
     # another principal's submitted patch does not exist for this caller (lab/host/patchstore.py)
     lab_patches(ctx.data_dir).check("patch", [inp.patch, *(inp.base_patches or [])],
-                                    ctx.profile.patch_roots(), ctx.principal)
+                                    ctx.profile.patch_roots(), ctx.principal, unknown=True)
     check_ref(ctx.profile, ctx.data_dir, "ref", inp.ref, ctx.principal)
     _known(ctx, [inp.patch, *(inp.base_patches or [])])
 

@@ -61,7 +61,8 @@ def _held(meta: PatchMeta, principal: str | None, shared: bool) -> PatchMeta:
 
 
 def _precheck(ctx: LabContext, inp: PatchSubmitInput) -> None:
-    store(ctx).check("base_patches", inp.base_patches, ctx.profile.patch_roots(), ctx.principal)
+    store(ctx).check("base_patches", inp.base_patches, ctx.profile.patch_roots(), ctx.principal,
+                     unknown=True)
     patchstore.check_ref(ctx.profile, ctx.data_dir, "ref", inp.ref, ctx.principal)
 
 

@@ -264,15 +264,36 @@ class PatchStore:
         meta = self.meta(path.stem) if path.parent == root else None
         return meta is None or not self.visible(meta, reader)
 
-    def check(self, field: str, refs: list[str], roots: list[Path], reader: str | None) -> None:
+    def check(self, field: str, refs: list[str], roots: list[Path], reader: str | None, *,
+              unknown: bool = False) -> None:
         """Refuse (as an unknown patch: another principal's does not exist for `reader`) the
-        first of `refs` that names a patch `reader` may not see."""
+        first of `refs` that names a patch `reader` may not see; `unknown`: a patch id that names
+        no patch at all too (the builder's own message would list every stored name)."""
         for ref in refs:
-            if self.hidden(ref, roots, reader):
-                known = ", ".join(m.id for m in self.seen(reader)[-8:]) or "none of yours"
+            missing = unknown and "/" not in ref and self._unresolved(ref, roots)
+            if missing or self.hidden(ref, roots, reader):
                 raise PatchError(f"{field}: unknown patch {ref[:64]!r}",
-                                 f"use a shipped patch id or one you submitted ({known}); "
-                                 "patch_submit stores new ones")
+                                 self.lookup_remedy(roots, reader) + "; patch_submit stores new ones")
+
+    @staticmethod
+    def _unresolved(ref: str, roots: list[Path]) -> bool:
+        try:
+            resolve_patch(ref, roots)
+        except BuildError:
+            return True
+        except (LabError, OSError, ValueError):
+            return False  # not a patch id at all: the guard refuses it
+        return False
+
+    def lookup_remedy(self, roots: list[Path], reader: str | None) -> str:
+        """The builder's remedy for an unknown patch id, naming only what `reader` may use: the
+        shipped patches and the submitted ones it sees."""
+        root = self.root.resolve()
+        shipped = sorted({p.name.split("-")[0].removesuffix(".patch") for d in roots
+                          if d.resolve() != root for p in d.glob("*.patch")})
+        known = [*shipped, *(m.id for m in self.seen(reader)[-8:])]
+        return (f"use a patch id ({', '.join(known) or 'none stored'}) or the absolute path of a "
+                ".patch file in the lab's patch directories")
 
     def hidden_commit(self, repo: Path, commit: str, reader: str | None) -> bool:
         """Whether `commit` is a build's commit -- the builder commits `apply NAME.patch ...`
