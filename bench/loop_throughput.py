@@ -44,7 +44,7 @@ from labwarden.core.events import ToolCalled
 from labwarden.core.experiments import Experiment
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
-from labwarden.lab.host.patchstore import patch_id
+from labwarden.lab.host.patchstore import base_of, patch_id
 from labwarden.qlab import control as qlab_control
 from labwarden.qlab.layout import QlabLayout
 from labwarden.transcripts.store import TranscriptStore
@@ -81,9 +81,9 @@ cycle of six polls read +8.3%), and 5 guest s of settle (bench/qlab_noise.py: th
 first window after associating reads high without it). Each flash is a boot of ~50-100 s here."""
 
 
-def qlab_candidates() -> list[tuple[str, dict[str, object] | str]]:
+def qlab_candidates(repo: Path) -> list[tuple[str, dict[str, object] | str]]:
     """Each kept candidate is the next one's base (the stand-in's script assumes they are kept;
-    the table says whether they were)."""
+    the table says whether they were). `repo`: the firmware's (a patch id hashes its base)."""
     stack: list[str] = []
     out: list[tuple[str, dict[str, object] | str]] = [
         ("pull-twice", {"diff": qlab_patches.SLOW_PULL})]
@@ -91,7 +91,8 @@ def qlab_candidates() -> list[tuple[str, dict[str, object] | str]]:
                        ("gate-writeback", qlab_patches.GATE), ("lean-reply", qlab_patches.LEAN)):
         out.append((name, {"diff": diff, "base_patches": list(stack)}))
         if name != "comment":  # the no-op is judged where stad is busy (at ~12% CPU, the top of
-            stack.append(patch_id(name, diff)[0])  # the stack, it stayed undecided at the cap)
+            # the stack, it stayed undecided at the cap)
+            stack.append(patch_id(name, diff, base_of(repo, "HEAD", stack))[0])
     return out
 
 
@@ -165,7 +166,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="lw-throughput-")) / kind
     load_before = os.getloadavg()
     if kind == "qlab":
-        lab, candidates, target = root / "lab-loop.toml", qlab_candidates(), 6
+        lab, candidates, target = root / "lab-loop.toml", [], 6  # once its repo exists
     else:
         lab, candidates, target = root / "lab.toml", CANDIDATES, 30
     try:
@@ -173,6 +174,7 @@ def main() -> None:
             info = qlab_control.up(root)
             print(f"qlab up: clock {info.clock.spec}, {info.timings}")
             loop_profile(QlabLayout.at(root), "loop", QLAB_DECISION)
+            candidates = qlab_candidates(Path(LabProfile.from_file(lab).build.repo))
         else:
             control.up(root)
         wall, sid = asyncio.run(run(lab, root.parent / "out", candidates, verify_first=kind == "qlab"))

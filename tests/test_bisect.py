@@ -49,6 +49,11 @@ async def test_bisect_names_the_regressing_commit(lab: VlabLayout) -> None:
     assert all(s.side != "unknown" for s in stored.steps)
     bad_step = next(s for s in stored.steps if s.commit == stored.first_bad)
     assert bad_step.judgement.verdict == "regressed" and bad_step.side == "bad"
+    # the board is left on good's build (the base), not on the regressing commit it found
+    built = await call(lab, "build", {"ref": first}, profile=quick(lab))
+    assert built.ok and built.result is not None
+    assert out["left_flashed"] == stored.left_flashed == built.result["build_id"], out
+    assert "good (" in out["left_flashed_why"]
 
 
 async def test_bisect_refuses_refs_that_are_not_in_order(lab: VlabLayout) -> None:

@@ -47,7 +47,7 @@ from labwarden.core.events import ToolCalled
 from labwarden.core.experiments import Experiment
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
-from labwarden.lab.host.patchstore import patch_id
+from labwarden.lab.host.patchstore import base_of, patch_id
 from labwarden.transcripts.store import TranscriptStore
 from tests.messages_standin import MessagesStandIn, ToolUse, Turn, from_result, last_result
 from tests.qlab_fixtures import Qlab, loop_profile, running_qlab
@@ -82,8 +82,9 @@ def _api_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_loop_keeps_the_gate_and_refutes_a_no_op(icount_qlab: Qlab, tmp_path: Path) -> None:
     lab = loop_profile(icount_qlab.layout, "loop", DECISION)
-    gate_id = patch_id("gate-writeback", GATE)[0]
-    baseline = LabProfile.from_file(lab).build.baseline
+    prof = LabProfile.from_file(lab)
+    gate_id = patch_id("gate-writeback", GATE, base_of(Path(prof.build.repo), "HEAD", []))[0]
+    baseline = prof.build.baseline
     turns = [
         Turn(text="Which image runs?", tools=[ToolUse("fingerprint_verify", {"build_id": baseline})]),
         Turn(text="What is this lab?", tools=[ToolUse("lab_status")]),
@@ -137,8 +138,10 @@ def test_the_loop_keeps_the_gate_and_refutes_a_no_op(icount_qlab: Qlab, tmp_path
     # order (cpu_monotonic) nor slope (rss_bounded) to judge
     assert swept and gate["sweep_a"] == swept["sweep_id"]  # the agent's baseline sweep was A's
     flashes = [e for e in session if e.call.tool == "flash"]
-    assert len(flashes) == 2 and all(f.call.ok for f in flashes)  # A was proven, never reflashed;
-    # B's sweep and the no-op's A: what ran already
+    assert len(flashes) == 3 and all(f.call.ok for f in flashes)  # A was proven, never reflashed;
+    # B's sweep and the no-op's A: what ran already; the third puts the no-op's A (the kept
+    # gate) back once it was refuted: the board is left on the kept stack
+    assert flashes[-1].call.args["build_id"] == noop["left_flashed"] == noop["build_a"] == gate["build_b"]
     summary = (out / "summary.md").read_text()
     assert gate_id in summary.split("## Kept")[1].split("## ")[0]
     assert noop["patch"] in summary.split("## Refuted")[1].split("## ")[0]

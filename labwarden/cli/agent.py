@@ -20,6 +20,7 @@ from rich.markup import escape
 from labwarden.agent import overnight
 from labwarden.agent.loop import CONFIG, Agent, Hooks, Limits, Outcome
 from labwarden.agent.model import DEFAULT_MODEL, Model, ModelOptions, Totals, check_priced
+from labwarden.agent.planner import PatchPlanner
 from labwarden.cli.common import DEFAULT_LAB, LabOpt, err, fail, fail_on, load_profile, out
 from labwarden.core.call import ToolCallRecord
 from labwarden.core.errors import LabError
@@ -186,14 +187,42 @@ def loop(lab: LabOpt = DEFAULT_LAB,
              "--out", help="where summary.md and report.html go (default: DATA/loops/SESSION)")] = None,
          model: ModelOpt = DEFAULT_MODEL, base_url: BaseUrlOpt = None,
          max_turns: Annotated[int | None, typer.Option(
-             "--max-turns", help="model calls at most (default: sized from --budget-usd)")] = None) -> None:
+             "--max-turns", help="model calls at most (default: sized from --budget-usd)")] = None,
+         planner: Annotated[str, typer.Option(
+             "--planner", help="who plans the night: 'model' (a Claude model: ANTHROPIC_API_KEY) "
+             "or 'patches' (scripted, no key: each patch file of --patches, in name order, "
+             "patch_submit then experiment; config-value candidates are not supported yet)")
+         ] = "model",
+         patches: Annotated[Path | None, typer.Option(
+             "--patches", help="with --planner patches: a directory of unified diffs (*.patch, "
+             "*.diff), each judged against the firmware's HEAD")] = None) -> None:
     """Run the unattended patch-measure loop to a goal, within a budget and a deadline; writes a
-    morning summary (markdown) and the HTML report; the same command after a crash resumes it."""
+    morning summary (markdown) and the HTML report; the same command after a crash resumes it.
+    `--planner patches --patches DIR` runs the same loop without a model or an API key."""
     try:
         deadline = overnight.parse_until(until) if until else None
     except ValueError:
         fail(f"--until must be HH:MM, got {until!r}", "e.g. --until 06:30", 2)
-    profile, client = _model(lab, model, base_url)
+    client: Model
+    if planner == "patches":
+        if patches is None:
+            fail("--planner patches needs --patches DIR", "give a directory of *.patch files", 2)
+        profile = load_profile(lab)
+        try:
+            client = PatchPlanner.of(patches)
+        except LabError as exc:
+            fail_on(exc, 2)
+        if goal is None and resume is None:
+            goal = f"judge the patches of {patches.resolve()}"
+        if max_turns is None:  # two calls a candidate and the DONE answer; a resume's nudges
+            max_turns = 2 * len(client.candidates) + 5
+    elif planner == "model":
+        if patches is not None:
+            fail("--patches is for --planner patches", "add --planner patches (no model, no key)", 2)
+        profile, client = _model(lab, model, base_url)
+    else:
+        fail(f"--planner must be 'model' or 'patches', got {planner!r}",
+             "--planner patches --patches DIR runs without an API key", 2)
     if goal is None and resume is None:
         goal = overnight.default_goal()
 

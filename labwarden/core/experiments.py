@@ -200,6 +200,10 @@ class Experiment(BaseModel):
     place: str | None = Field(None, description="the fleet place both arms ran on (None off a fleet)")
     reproduction: Reproduction | None = Field(
         None, description="the second screening of a candidate the first decided improved (fleet)")
+    left_flashed: str | None = Field(None, description="the build the board was left verified on "
+                                     "at the end: B when kept, else A (the base)")
+    left_why: list[str] = Field(default_factory=list, description="where each board it used was "
+                                "left, and why (a fleet: its place handed back, the reproducing one)")
 
     @property
     def verdict(self) -> str | None:
@@ -229,5 +233,8 @@ class Bisection(BaseModel):
                               "split over (empty off a fleet)")
     outcome: Literal["found", "no_regression", "undecided", "failed"]
     reason: str
+    left_flashed: str | None = Field(None, description="the build the board was left verified on "
+                                     "at the end: good's (the base)")
+    left_why: list[str] = Field(default_factory=list)
     started_at: datetime
     seconds: float = 0.0

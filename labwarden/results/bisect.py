@@ -15,3 +15,6 @@ class BisectOutput(BaseModel):
     commits: int
     reason: str
     seconds: float
+    left_flashed: str | None = Field(None, description="the build the board is left running "
+                                     "(verified): good's -- the base; a bisection keeps nothing")
+    left_flashed_why: str | None = None

@@ -37,3 +37,7 @@ class ExperimentOutput(BaseModel):
     sweep_b: str | None
     cost_usd: float
     lab_seconds: float
+    left_flashed: str | None = Field(None, description="the build the board is left running "
+                                     "(verified): B when kept, else A -- the base")
+    left_flashed_why: str | None = Field(None, description="why, and where each board it used "
+                                         "was left (a fleet)")

@@ -59,6 +59,41 @@ async def switch_to(ctx: LabContext, build_id: str) -> bool:
     return flashed
 
 
+async def leave_on(ctx: LabContext, build_id: str | None, what: str, *,
+                   spent: str | None = None) -> tuple[str | None, str]:
+    """Leave the board on `build_id` at the end of a tool that flashed several builds (the
+    kept stack, or the base): through `switch_to` -- the same nested flash + fingerprint_verify,
+    so the guard, the flash budget and the board state stay right. Returns the build the board
+    is left verified on (None when not known) and why, in words. `spent`: the guard already
+    refused a flash of this call for the flash budget (its reason) -- no flash is tried then; a
+    flash back the guard refuses or that fails leaves the board where it is and says so. Never
+    raises a LabError: the tool's verdict stands either way."""
+    state = ctx.peek_state()
+    here = state.verified_build if state.fingerprint_ok() else None
+    where = f" on {ctx.place_name}" if ctx.place_name else ""
+    if build_id is None:
+        return here, f"left{where} on {here or 'an unverified image'}: nothing was built"
+    if here == build_id:
+        return here, f"left{where} on {build_id}, {what} (already running)"
+    if spent is not None:
+        return here, (f"left{where} on {here or 'an unverified image'}, not {what} {build_id}: "
+                      f"the guard's budget is spent ({spent})")
+    try:
+        await switch_to(ctx, build_id)
+    except LabError as exc:
+        state = ctx.peek_state()
+        now = state.verified_build if state.fingerprint_ok() else None
+        return now, (f"left{where} on {now or 'an unverified image'}: flashing {what} "
+                     f"{build_id} back failed ({exc.problem})")
+    return build_id, f"left{where} on {build_id}, {what} (flashed back and verified)"
+
+
+def budget_spent(exc: LabError) -> str | None:
+    """A budget's refusal (flashes per hour, tool calls, ...), when `exc` is one: then no
+    flash back is tried."""
+    return exc.problem if exc.code == "budget_exceeded" else None
+
+
 def metric_values(rec: MeasurementRecord, metric: str) -> list[float]:
     if metric == "cpu":
         return [w.cpu_pct for w in rec.windows]

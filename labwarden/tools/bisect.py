@@ -9,6 +9,10 @@ good (otherwise there is nothing to find); then each midpoint is compared with g
 stays undecided, with bad. The band of "same" is half the regression chased (Pinpoint sizes its
 comparison by the change it bisects), at least the rule's smallest effect.
 
+At the end every board it used is left on good's build -- the base: a bisection keeps nothing,
+and good is the one image the rule measured as not regressed (the first bad commit, or bad, would
+leave the regression running); `left_flashed` says so.
+
 On a fleet the range is split over the places free when the regression is confirmed: with k
 places each round tests k commits at once (each on its own place, both arms there) and keeps
 the part between the last good and the first bad -- k + 1 parts a round instead of 2.
@@ -158,6 +162,16 @@ async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
         return scr.final
 
     ends: dict[int, tuple[str, str]] = {}
+    spent: str | None = None
+
+    async def leave(on: LabContext) -> None:
+        """`on`'s board left on good's build (abtest.leave_on: the nested flash + verify)."""
+        built = ends.get(id(on))
+        left, why = await abtest.leave_on(on, built[0] if built else None,
+                                          f"good ({inp.good}, the base)", spent=spent)
+        if on is ctx:
+            rec.left_flashed = left
+        rec.left_why.append(why)
 
     async def judge(on: LabContext, commit: str, margin: float) -> list[BisectStep]:
         """One commit against good, and -- when that stays undecided -- against bad; built for
@@ -214,8 +228,12 @@ async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
                     rec.outcome = "found"
                     rec.reason = (f"first bad commit {rec.first_bad[:12]} {rec.first_bad_subject!r}: "
                                   f"{inp.metric} {rec.ends.delta_pct:+.1f}% from {inp.good} to {inp.bad}")
+                for other in workers[1:]:  # before their places are released
+                    await leave(other)
     except LabError as exc:
         rec.outcome, rec.reason = "failed", f"{exc.kind}: {exc.problem}"
+        spent = abtest.budget_spent(exc)
+    await leave(ctx)
     rec.seconds = round(time.monotonic() - t0, 2)
     store.save("bis", rec.id, rec)
     return BisectOutput(
@@ -224,7 +242,8 @@ async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
         regression=rec.ends.describe() if rec.ends else None,
         steps=[f"{s.commit[:12]} vs {s.against}: {s.side} ({s.judgement.verdict}, "
                f"{s.judgement.delta_pct:+.1f}%)" for s in rec.steps],
-        commits=len(commits), reason=rec.reason, seconds=rec.seconds)
+        commits=len(commits), reason=rec.reason, seconds=rec.seconds,
+        left_flashed=rec.left_flashed, left_flashed_why="; ".join(rec.left_why) or None)
 
 
 def _precheck(ctx: LabContext, inp: BisectInput) -> None:

@@ -6,7 +6,9 @@ functional and offered-load parity, then for a survivor the full sweeps, compare
 decide kept / dropped / refuted / failed by a rule in code, and store the experiment as a record
 with its cost.
 
-Destructive: flashes A and B (on a lab whose flash is cheap, alternately). One call per
+Destructive: flashes A and B (on a lab whose flash is cheap, alternately), and at the end
+leaves the board on the kept stack -- B when kept, else A, the base (`left_flashed` says which
+and why; a fleet place handed back is left on A). One call per
 candidate, with progress; every flash, verification, association, measurement, sweep, compare,
 gate check and symbolization inside it is a nested call of its own (guarded -- each flash takes
 a slot of `flashes_per_hour` -- and logged under the experiment's call). Kept only when the
@@ -40,6 +42,7 @@ from labwarden.core.experiments import (
 from labwarden.core.measurements import SweepRecord
 from labwarden.core.records import RecordNotFound, RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
+from labwarden.lab.boardstate import BoardState
 from labwarden.lab.config import LabProfile
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.lab.host import builder
@@ -352,6 +355,11 @@ async def _reproduce(ctx: LabContext, exp: Experiment, where: str, *,
         # on record first (as not finished), to stand in for A on that place (_known_a_sweep)
         RecordStore(ctx.data_dir).save("exp", exp.id, exp.model_copy(update={
             "decision": "failed", "reason": "not finished: reproducing on another place"}))
+        if ctx.place is not None and ctx.place.held:  # a place handed back is left on the base
+            exp.left_flashed, why = await abtest.leave_on(
+                ctx, exp.build_a, "A (the base): handed back while the candidate reproduces "
+                "elsewhere")
+            exp.left_why.append(why)
         await pool.hand_back(ctx)
         failed: LabError | None = None
         async with pool.session(exclude=exclude, prio=REPRODUCE_PRIO) as other:
@@ -362,6 +370,14 @@ async def _reproduce(ctx: LabContext, exp: Experiment, where: str, *,
                     rep.survivor_here = True
                 except LabError as exc:
                     failed = exc
+            if rep.error is None:  # left on what the candidate's verdict keeps there
+                keep = rep.reproduced and failed is None and (
+                    then is None or _decide(exp, where)[0] == "kept")
+                _, why = await abtest.leave_on(
+                    other, rep.build_b if keep else rep.build_a,
+                    "B (kept: reproduced)" if keep else "A (the base)",
+                    spent=abtest.budget_spent(failed) if failed else None)
+                exp.left_why.append(why)
             dead = await pool.probe(other) if rep.error is not None or failed else None
         if dead is None:
             if failed is not None:  # its DUT is fine: the survivor failed as it would have here
@@ -416,6 +432,8 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
                      session_id=ctx.session_id, started_at=datetime.now(UTC), decision="failed",
                      reason="not finished", place=ctx.place_name)
     labels = (_label(base, ref), _label([*base, meta.name if meta else inp.patch], ref))
+    before = ctx.peek_state().model_copy()  # what the board ran before this experiment
+    spent: str | None = None
     where = load_drivers.label(load_drivers.for_profile(ctx.profile, ctx.device),
                                load_drivers.points(ctx.profile)[-1])
     try:
@@ -451,6 +469,8 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
     except LabError as exc:
         detail = f" ({'; '.join(exc.lines[:3])})" if exc.lines else ""
         exp.decision, exp.reason = "failed", f"{exc.kind}: {exc.problem}{detail}"
+        spent = abtest.budget_spent(exc)
+    await _leave(ctx, exp, before, spent)
     exp.ended_at = datetime.now(UTC)
     exp.cost = _cost(ctx, "experiment")
     exp.cost.lab_seconds = round(time.monotonic() - t0, 2)
@@ -460,6 +480,29 @@ async def run(ctx: LabContext, inp: ExperimentInput) -> ExperimentOutput:
     store.save("exp", exp.id, exp)
     await ctx.report(5, 5, f"{exp.decision}: {exp.reason[:200]}")
     return summarize(exp)
+
+
+async def _leave(ctx: LabContext, exp: Experiment, before: BoardState, spent: str | None) -> None:
+    """Leave the board on the kept stack: B when kept, else A -- the base, what the candidate
+    was judged against (a regressed or dropped B never stays flashed). Flashed back through the
+    nested flash + fingerprint_verify (abtest.leave_on). A board this experiment never flashed
+    (refused before any measurement) stays as it was; a fleet place already handed back was
+    left on A then (_reproduce)."""
+    if ctx.place is not None and not getattr(ctx.place, "held", True):
+        return
+    state = ctx.peek_state()
+    if exp.screening is None and (state.flashed_build, state.verified_build) == (
+            before.flashed_build, before.verified_build):
+        here = state.verified_build if state.fingerprint_ok() else None
+        exp.left_flashed = here
+        exp.left_why.insert(0, f"left on {here or 'an unverified image'}: nothing was flashed "
+                            f"({exp.decision} before any measurement)")
+        return
+    keep = exp.decision == "kept"
+    exp.left_flashed, why = await abtest.leave_on(
+        ctx, exp.build_b if keep else exp.build_a,
+        "B (kept)" if keep else f"A (the base; B {exp.decision})", spent=spent)
+    exp.left_why.insert(0, why)
 
 
 def summarize(exp: Experiment) -> ExperimentOutput:
@@ -478,7 +521,8 @@ def summarize(exp: Experiment) -> ExperimentOutput:
                                                 if g.status == "not_applicable")),
         build_a=exp.build_a,
         build_b=exp.build_b, sweep_a=exp.sweep_a, sweep_b=exp.sweep_b, cost_usd=exp.cost.usd,
-        lab_seconds=exp.cost.lab_seconds)
+        lab_seconds=exp.cost.lab_seconds, left_flashed=exp.left_flashed,
+        left_flashed_why="; ".join(exp.left_why) or None)
 
 
 SPEC = ToolSpec(name="experiment", description=describe(__doc__), input=ExperimentInput,
