@@ -247,6 +247,11 @@ def test_a_survivor_sweeps_where_a_is_swept_already(fleet: vlab_fleet.FleetInfo)
     (x,) = improved
     rep = x.reproduction
     assert x.place == first and rep is not None and rep.place == holder, x.reason
+    # its place was handed back on A (the base); the reproducing place was left on what the
+    # verdict keeps there (B when kept, else A) -- each said in the record
+    assert x.left_flashed == x.build_a and f"on {first} on {x.build_a}" in x.left_why[0], x.left_why
+    assert rep.build_a and rep.build_b and len(x.left_why) == 2, x.left_why
+    assert f"on {holder} on {rep.build_b if x.decision == 'kept' else rep.build_a}" in x.left_why[1]
     assert rep.screening is not None and rep.screening.final.describe() in x.reason
     records = RecordStore(prof.data_dir())
     new = records.ids("swp")[swept_before:]

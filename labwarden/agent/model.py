@@ -158,7 +158,8 @@ class Model:
                     "no API key: ANTHROPIC_API_KEY is not set (nor ANTHROPIC_AUTH_TOKEN or an "
                     "anthropic credentials profile)",
                     "export ANTHROPIC_API_KEY=sk-ant-... (and ANTHROPIC_BASE_URL or --base-url for "
-                    "a proxy or a stand-in)")
+                    "a proxy or a stand-in); `labwarden loop --planner patches --patches DIR` "
+                    "needs no key")
 
     async def close(self) -> None:
         if self.client is not None:
