@@ -31,7 +31,8 @@ def report(
     name: Annotated[str, typer.Option(help=_FIELDS["name"].description)] = _FIELDS["name"].default,
     as_json: Annotated[bool, typer.Option("--json", help="print the whole call record")] = False,
 ) -> None:
-    """Write a report as one self-contained HTML file and print its path.
+    """Write a report of one session, several, or every session of the lab (--all) as one
+    self-contained HTML file and print its path.
 
     The report tool's door: curves, A/B deltas, the experiment ledger and what the rule
     decided, flame graphs, gates, counters, conditions and cost -- of one session (`labwarden

@@ -22,6 +22,7 @@ from typing import Literal
 import asyncssh
 from pydantic import BaseModel, Field
 
+from labwarden.core.devtext import quote
 from labwarden.core.errors import LabError
 from labwarden.lab.config import (
     CommandFlashSection,
@@ -146,7 +147,7 @@ async def _shell_row(dev: Device) -> CheckRow:
         return _problem("shell", exc.problem, exc.remedy)
     facts = shell_facts(res.stdout)
     if res.exit_status != 0 or "path" not in facts:
-        return _problem("shell", f"`sh -c` exited {res.exit_status}: {res.stderr.strip()[:200]}",
+        return _problem("shell", f"`sh -c` exited {res.exit_status}: {quote(res.stderr.strip(), 200)}",
                         "the DUT needs a POSIX sh (busybox ash is enough) for the login user")
     return _ok("shell", describe_shell(facts))
 
@@ -158,10 +159,11 @@ async def _perf_row(prof: LabProfile, dev: Device) -> CheckRow:
     except DeviceError as exc:
         return _problem("perf", exc.problem, exc.remedy)
     if res.exit_status == 0 and res.stdout.strip():
-        return _ok("perf", f"{perf}: {res.stdout.strip().splitlines()[0][:80]}")
-    said = (res.stderr or res.stdout).strip()[:200]
+        return _ok("perf", f"{perf}: {quote(res.stdout.strip().splitlines()[0], 80)}")
+    said = (res.stderr or res.stdout).strip()
     return _problem(
-        "perf", f"`{perf} --version` on the DUT exited {res.exit_status}: {said or 'no output'}",
+        "perf", f"`{perf} --version` on the DUT exited {res.exit_status}: "
+        f"{quote(said, 200) if said else 'no output'}",
         "install perf on the DUT (OpenWrt: `opkg install perf`; Debian: `apt-get install "
         "linux-perf`); if it is installed, set [target] perf to its full path, or add its "
         "directory to PATH in [dut] env (commands run without a login shell)")
@@ -206,10 +208,10 @@ async def _target_rows(prof: LabProfile, dev: Device) -> list[CheckRow]:
         return rows
     text = (res.stdout or res.stderr).strip()
     if res.exit_status == 0 and HASH.search(text):
-        rows.append(_ok("version", f"`{name} --version` prints a git hash: {text[:80]}"))
+        rows.append(_ok("version", f"`{name} --version` prints a git hash: {quote(text, 80)}"))
     else:
         rows.append(_problem(
-            "version", f"`{name} --version` exited {res.exit_status} printing {text[:120]!r}: "
+            "version", f"`{name} --version` exited {res.exit_status} printing {quote(text, 120)}: "
             "no git hash (7 to 40 hex digits)",
             "set [target] prints_git_hash = false (the running binaries' sha256 and ELF "
             "build-id prove the image without it), or make the daemon print its hash"))
@@ -254,7 +256,7 @@ async def _flash_row(prof: LabProfile, dev: Device) -> CheckRow:
     if tmp.exit_status != 0:
         return _problem("flash", f"{prof.dut.paths.tmp} is not a writable dir on the DUT (the "
                         "image is uploaded there)", "set [dut.paths] tmp to a writable dir")
-    return _ok("flash", f"{res.stdout.strip()} on the DUT; images go to {prof.dut.paths.tmp} "
+    return _ok("flash", f"{quote(res.stdout.strip())} on the DUT; images go to {prof.dut.paths.tmp} "
                "(not run)")
 
 
