@@ -251,7 +251,8 @@ class PatchStore:
 
     def hidden(self, ref: str, roots: list[Path], reader: str | None) -> bool:
         """Whether `ref` -- a patch id or path, as `build` resolves it among `roots` -- names a
-        patch of this store `reader` may not see (a pending one included: it is nobody's yet)."""
+        patch of this store `reader` may not see (one without its record -- put there by hand, or still
+        being submitted -- is nobody's: only this host's own principals see it)."""
         if reader is None:
             return False
         try:
@@ -262,7 +263,9 @@ class PatchStore:
         if root not in path.parents:
             return False  # a shipped patch
         meta = self.meta(path.stem) if path.parent == root else None
-        return meta is None or not self.visible(meta, reader)
+        if meta is None:  # a file put there by hand (or one being submitted): nobody's, which
+            return not may_read(reader, None)  # this host's own principals may read
+        return not self.visible(meta, reader)
 
     def check(self, field: str, refs: list[str], roots: list[Path], reader: str | None, *,
               unknown: bool = False) -> None:
