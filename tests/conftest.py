@@ -105,12 +105,16 @@ LIGHT_MODULES = frozenset({
     "test_http_sessions", "test_id_paths", "test_judge_parts", "test_kstat", "test_lab_check", "test_labgrid",
     "test_layers", "test_layers_cli", "test_mcp_resources", "test_mcp_server",
     "test_mcp_stdio", "test_portable_dut", "test_power_cycle", "test_prompt_tools",
-    "test_profile_reload", "test_protected_paths", "test_qlab_clock", "test_readme_profiles", "test_records",
+    "test_profile_reload", "test_protected_paths", "test_qlab_clock", "test_readme_profiles",
+    "test_records", "test_reference",
     "test_report_results", "test_resources_and_search_limits", "test_results", "test_soak",
     "test_source_and_patches", "test_stock_ssh", "test_suite_phases", "test_tool_by_spec",
     "test_tool_inputs", "test_tools_lab", "test_transcript_anchors", "test_transcripts_cli",
     "test_transcripts_cost", "test_transcripts_crash", "test_transcripts_store", "test_uci",
-    "test_uprobes", "test_vlab_lifecycle", "test_vlab_ssh"})
+    "test_uprobes", "test_vlab_lifecycle", "test_vlab_ssh",
+    # tenants apart (issue 45): attacks and refusals, asserted on behaviour only
+    "test_build_tenancy", "test_deep_arguments", "test_dut_tenancy", "test_patches_per_principal",
+    "test_workload_points"})
 """Modules whose tests read no CPU share, rate or scatter -- they may start a vlab or an SSH
 server, but assert on behaviour, not on a measurement -- so they may run beside the `icount`
 tests (scripts/test-suite.sh). Every module not named here is measured alone: a new module is
