@@ -130,7 +130,7 @@ def test_chat_drives_tools_and_prices_every_call(lab: Path) -> None:
     first = api.requests[0]
     assert first["stream"] is True and first["model"] == "claude-sonnet-4-6"
     assert first["system"][0]["cache_control"] == {"type": "ephemeral"}
-    assert "Work like the engineers of seed 000" in first["system"][0]["text"]
+    assert "Work like the engineers of the WiFi-daemon field study" in first["system"][0]["text"]
     listed = [spec.name for spec in registry.listed(LabProfile.from_file(lab))]
     assert [t["name"] for t in first["tools"]] == listed  # the vlab's: no traffic tools
     assert "associate" in listed and "saturate" not in listed
