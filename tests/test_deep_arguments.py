@@ -219,3 +219,15 @@ async def test_in_process_deep_arguments_are_refused_and_stored_cut(lab: VlabLay
     assert len(_refusals(lab)[before:]) == 2
     stored = _tool_calls(lab, "measure")[-1].call.args
     assert len(json.dumps(stored)) < 2000  # stored cut, not 50000 levels
+
+
+def test_a_playbook_var_set_too_deep_is_cut_for_the_runner_to_refuse() -> None:
+    """`labwarden run --set NAME=JSON`: json.loads raised RecursionError near 1000 levels (a
+    traceback); cut, the value reaches the runner marked and is refused there like any door's."""
+    from labwarden.cli.run import _parse_sets
+    from labwarden.core.nesting import too_deep
+
+    values = _parse_sets(["points=" + "[" * 5000 + "]" * 5000, "window_s=3"])
+    found = too_deep(values)
+    assert found is not None and found.field == "points" and found.cut
+    assert values["window_s"] == 3

@@ -20,6 +20,7 @@ from rich.table import Table
 from labwarden.cli.common import DEFAULT_LAB, LabOpt, err, fail, fail_on, load_profile, out, show_failure
 from labwarden.core.call import ToolCallRecord
 from labwarden.core.errors import LabError
+from labwarden.core.nesting import clip_text
 from labwarden.lab.config import LabProfile
 from labwarden.playbook import model
 from labwarden.playbook.run import RunRecord, run
@@ -48,7 +49,7 @@ def _parse_sets(sets: list[str]) -> dict[str, Any]:
         if not sep or not key.isidentifier():
             raise typer.BadParameter(f"--set {item!r}: expected NAME=VALUE, e.g. --set window_s=3")
         try:
-            values[key] = json.loads(raw)
+            values[key] = json.loads(clip_text(raw))  # nested too deep: cut, the runner refuses
         except json.JSONDecodeError:
             values[key] = raw
     return values
