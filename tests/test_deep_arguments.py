@@ -231,3 +231,23 @@ def test_a_playbook_var_set_too_deep_is_cut_for_the_runner_to_refuse() -> None:
     found = too_deep(values)
     assert found is not None and found.field == "points" and found.cut
     assert values["window_s"] == 3
+
+
+def test_stdio_from_a_file_cuts_deep_arguments_too(lab: VlabLayout, tmp_path: Path) -> None:
+    """stdin a regular file (not a pipe): the SDK's threaded transport serves it, its lines cut
+    the same way -- the deep call refused `too_deep` and logged, not dropped unanswered."""
+    before = len(_refusals(lab))
+    script = tmp_path / "requests.jsonl"
+    script.write_text("\n".join([
+        json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": VERSION, "capabilities": {},
+            "clientInfo": {"name": "raw-file", "version": "0"}}}),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        _deep_call(1, DEEP["lists-200"])]) + "\n")
+    with script.open("rb") as stdin:
+        done = subprocess.run([LABWARDEN, "serve", "--lab", str(lab.lab_toml)], stdin=stdin,
+                              capture_output=True, env={**os.environ}, timeout=120)
+    replies = {r.get("id"): r for r in map(json.loads, done.stdout.decode().splitlines())}
+    refused = _refused_json(replies[1]["result"]["content"][0]["text"])
+    assert replies[1]["result"]["isError"] and refused["code"] == "too_deep", replies[1]
+    assert len(_refusals(lab)) == before + 1

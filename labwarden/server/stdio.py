@@ -13,19 +13,21 @@ bench/tool_overhead.py measures both transports side by side.
 Like the SDK, it claims the descriptors while it serves: fd 0 reads /dev/null and fd 1 writes
 to stderr, so a stray print or a child process cannot corrupt the protocol; both are restored
 afterwards. Anything else (a file, a terminal: descriptors shared with a shell, which
-non-blocking mode would disturb; Windows) keeps the SDK's transport.
+non-blocking mode would disturb; Windows) keeps the SDK's transport, its lines cut the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import stat
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 from mcp.server.stdio import stdio_server
 
 from labwarden.core.nesting import clip_text
@@ -78,11 +80,51 @@ class _Replies:
         await self._writer.drain()  # waits only while the pipe is full
 
 
+class _ClippedLines:
+    """The SDK's own threaded reader of stdin (a file, a terminal), each line cut as _Lines does."""
+
+    def __init__(self, lines: Any) -> None:
+        self._lines = lines
+
+    def __aiter__(self) -> _ClippedLines:
+        return self
+
+    async def __anext__(self) -> str:
+        async for line in self._lines:
+            return clip_text(line)
+        raise StopAsyncIteration
+
+
+@contextlib.asynccontextmanager
+async def _sdk_transport() -> AsyncIterator[tuple[Any, Any]]:
+    """The SDK's transport, reading stdin through the same cut. stdin is read as the SDK reads
+    it (UTF-8, undecodable bytes replaced, in a worker thread); passing it in means the SDK does
+    not divert fd 0, so this does: a private duplicate serves the wire, fd 0 reads /dev/null."""
+    wire = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3) if sys.platform != "win32" else None
+    if wire is None:  # Windows: the SDK's transport as it is
+        async with stdio_server() as streams:
+            yield streams
+        return
+    saved = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    text = io.TextIOWrapper(os.fdopen(wire, "rb"), encoding="utf-8", errors="replace")
+    try:
+        async with stdio_server(stdin=_ClippedLines(anyio.wrap_file(text))) as streams:  # type: ignore[arg-type]
+            yield streams
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        with contextlib.suppress(OSError):
+            text.close()
+
+
 @contextlib.asynccontextmanager
 async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
     """The (read, write) message streams for MCPServer's low-level run loop."""
     if not (_pipe_or_socket(0) and _pipe_or_socket(1)):
-        async with stdio_server() as streams:
+        async with _sdk_transport() as streams:
             yield streams
         return
     loop = asyncio.get_running_loop()
