@@ -16,11 +16,12 @@ import io
 import json
 import re
 import types
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from labwarden.core.errors import LabError
@@ -209,11 +210,33 @@ def _doc(model: type[BaseModel]) -> str:
     return " ".join(doc.split())
 
 
-Row = tuple[str, str, str, str, str]
-"""(key, type, default, example, description) of one key of a section."""
+Row = tuple[str, str, str, str, str, str]
+"""(key, type, default, example, description, the error a wrong value gives) of one key."""
+
+_WRONG: tuple[Any, ...] = ("text", {"a": "table"}, 7, ["a", "list"])
+"""Values tried, in turn, until the key refuses one: its error is the one the reference shows."""
 
 
-def _row(name: str, field: FieldInfo) -> Row:
+def _wrong_value_error(key: str, field: FieldInfo) -> str:
+    """What the profile says of a wrong value for `key` (`table.key`), in the words of
+    config.ProfileError's lines: `key: message, got value (e.g. example)`."""
+    with warnings.catch_warnings():  # a field's `exclude` means nothing outside its model
+        warnings.simplefilter("ignore")
+        # a type built at run time from the field: mypy cannot see it as a TypeForm
+        adapter: TypeAdapter[Any] = TypeAdapter(Annotated[field.annotation, field])  # type: ignore[arg-type]
+    for wrong in _WRONG:
+        try:
+            adapter.validate_python(wrong)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            got = "a table" if isinstance(wrong, dict) else repr(wrong)
+            example = (f" (e.g. {key.rsplit('.', 1)[-1]} = {_toml(field.examples[0])})"
+                       if field.examples else "")
+            return f"`{key}: {err['msg']}, got {got}{example}`"
+    return "any value is read"
+
+
+def _row(name: str, field: FieldInfo, table: str = "") -> Row:
     if field.is_required():
         default = "required"
     else:
@@ -221,7 +244,7 @@ def _row(name: str, field: FieldInfo) -> Row:
         default = "not set" if default == "`null`" else default
     example = f"`{name} = {_toml(field.examples[0])}`" if field.examples else ""
     return (name, _py_type(field.annotation) + _constraints(field), default, example,
-            field.description or "")
+            field.description or "", _wrong_value_error(f"{table}.{name}" if table else name, field))
 
 
 def _implied_kind(table: str) -> str | None:
@@ -250,7 +273,7 @@ def profile_sections() -> Iterator[tuple[str, str, list[Row]]]:
             if subs:
                 nested.append((name, field, subs))
                 continue
-            row = _row(name, field)
+            row = _row(name, field, table)
             tag = get_args(field.annotation)[0] if name == "kind" else None
             if tag is not None and heading.endswith(f'kind = "{tag}"'):  # the tag of a union's member
                 implied = _implied_kind(table)
@@ -343,7 +366,9 @@ def profile_page() -> str:
            "The lab profile is one TOML file; it is the only difference between the vlab, the "
            "qlab and a device of yours. It is read by pydantic models "
            "(`labwarden/lab/config.py`), and this page is written from them: every key the "
-           "model accepts, with its type, default, an example and what it means. A key that is "
+           "model accepts, with its type, default, an example, what it means and the error a "
+           "value of the wrong type gives (checked against the model as this page is made). "
+           "A key that is "
            "not here is refused (a misspelt key would silently change what is measured).", "",
            "The smallest profile the model accepts:", "", "```toml", MINIMAL.rstrip(), "```", "",
            "## What an error looks like", "",
@@ -362,10 +387,10 @@ def profile_page() -> str:
         if intro:
             out += [intro, ""]
         if rows:
-            out += ["| key | type | default | example | description |",
-                    "| --- | --- | --- | --- | --- |"]
-            out += [f"| `{k}` | {_cell(t)} | {_cell(d)} | {_cell(e)} | {_cell(desc)} |"
-                    for k, t, d, e, desc in rows]
+            out += ["| key | type | default | example | description | a wrong value gives |",
+                    "| --- | --- | --- | --- | --- | --- |"]
+            out += [f"| `{k}` | {_cell(t)} | {_cell(d)} | {_cell(e)} | {_cell(desc)} | {_cell(bad)} |"
+                    for k, t, d, e, desc, bad in rows]
             out.append("")
     return "\n".join(out).rstrip() + "\n"
 

@@ -93,12 +93,15 @@ def test_every_lab_toml_key_is_on_the_reference_page() -> None:
 
 
 def test_every_key_on_the_page_says_what_it_is() -> None:
-    """Each row has a type, a default (or `required`) and a description."""
+    """Each row has a type, a default (or `required`), a description and the error a wrong
+    value gives (the model's own message, as a profile with it would say)."""
     rows = [line for line in (DOCS / "reference" / "lab-toml.md").read_text().splitlines()
             if re.match(r"\| `[a-z_0-9]+` \|", line)]
-    bare = [r.split("|")[1].strip() for r in rows
-            if not all(c.strip() for c in (r.split("|")[2], r.split("|")[3], r.split("|")[5]))]
-    assert not bare, f"rows without a type, default or description: {bare}"
+    cells = [[c.strip() for c in r.replace("\\|", "/").split("|")] for r in rows]
+    bare = [c[1] for c in cells if not all((c[2], c[3], c[5], c[6]))]
+    assert not bare, f"rows without a type, default, description or error: {bare}"
+    port = next(c for c in cells if c[1] == "`port`")
+    assert "dut.ssh.port: Input should be a valid integer" in port[6], port
 
 
 # ---- the site builds, and its link check can fail ----------------------------------------------
