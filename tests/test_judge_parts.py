@@ -373,7 +373,13 @@ def test_a_survivor_failing_on_a_live_holder_fails_the_experiment_there_a_dead_o
         exp.sweep_a, exp.sweep_b = "swp-0000000000a1", "swp-0000000000b1"  # taken, then it fails
         raise LabError(f"the sweep of B failed on {on.place_name}", "look at the DUT's log")
 
+    async def leave_on(on: Any, build_id: str | None, what: str, *,
+                       spent: str | None = None) -> tuple[str | None, str]:
+        # the stand-in places have no board; where one is left: test_board_left_and_planner.py
+        return build_id, f"left on {build_id}"
+
     monkeypatch.setattr(experiment, "_screen_again", screen_again)
+    monkeypatch.setattr(experiment.abtest, "leave_on", leave_on)
     for dead, sessions, marked in ((set(), ["vlab-1"], []), ({"vlab-1"}, ["vlab-1", "vlab-2"], ["vlab-1"])):
         pool, found = Pool(dead), []
         exp = Experiment(id="exp-000000000099", patch="p", ref="HEAD", build_a="a" * 16,

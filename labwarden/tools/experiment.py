@@ -488,7 +488,10 @@ async def _leave(ctx: LabContext, exp: Experiment, before: BoardState, spent: st
     nested flash + fingerprint_verify (abtest.leave_on). A board this experiment never flashed
     (refused before any measurement) stays as it was; a fleet place already handed back was
     left on A then (_reproduce)."""
-    if ctx.place is not None and not getattr(ctx.place, "held", True):
+    lease = ctx.place  # a place handed back (fleet) is not ours to flash; a labgrid target
+    # with no place (the qlab's local env) holds nothing and is still this session's board
+    if lease is not None and getattr(lease, "place", None) is not None \
+            and not getattr(lease, "held", True):
         return
     state = ctx.peek_state()
     if exp.screening is None and (state.flashed_build, state.verified_build) == (
