@@ -9,11 +9,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx2 as httpx
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from labwarden.lab.config import LabProfile
@@ -181,6 +183,24 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def serve_principals(lab: VlabLayout, tmp: Path, *names: str,
+                     timeout: float = 300) -> tuple[subprocess.Popen[bytes], Callable[[str], Client]]:
+    """`serve --http` with a token per name (a token file in `tmp`), and a factory of SDK
+    clients each acting for one of them (its bearer token)."""
+    tokens = {name: secrets.token_urlsafe(24) for name in names}
+    tf = tmp / "tokens"
+    tf.write_text("".join(f"{n} {t}\n" for n, t in tokens.items()))
+    tf.chmod(0o600)
+    proc, port = _serve_http(lab, "--token-file", str(tf))
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def client(who: str) -> Client:
+        http = httpx.AsyncClient(headers={"Authorization": f"Bearer {tokens[who]}"}, timeout=timeout)
+        return Client(streamable_http_client(url, http_client=http))
+
+    return proc, client
 
 
 def _serve_http(lab: VlabLayout, *extra: str) -> tuple[subprocess.Popen[bytes], int]:

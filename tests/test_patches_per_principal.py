@@ -9,21 +9,18 @@ SDK's client, a real vlab build. Before, bob could do all of it (only the author
 from __future__ import annotations
 
 import json
-import secrets
 from pathlib import Path
 from typing import Any
 
-import httpx2 as httpx
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from labwarden.vlab.layout import VlabLayout
 
 from .httplab import stop
 from .patching import BULK, change
-from .test_mcp_server import _serve_http
+from .test_mcp_server import serve_principals
 
 pytestmark = pytest.mark.anyio
 
@@ -46,16 +43,7 @@ async def _index(client: Client) -> list[str]:
 
 
 async def test_a_patch_is_its_principals_unless_shared(vlab: VlabLayout, tmp_path: Path) -> None:
-    tokens = {"alice": secrets.token_urlsafe(24), "bob": secrets.token_urlsafe(24)}
-    tf = tmp_path / "tokens"
-    tf.write_text("".join(f"{n} {t}\n" for n, t in tokens.items()))
-    tf.chmod(0o600)
-    proc, port = _serve_http(vlab, "--token-file", str(tf))
-    url = f"http://127.0.0.1:{port}/mcp"
-
-    def client(who: str) -> Client:
-        http = httpx.AsyncClient(headers={"Authorization": f"Bearer {tokens[who]}"}, timeout=300)
-        return Client(streamable_http_client(url, http_client=http))
+    proc, client = serve_principals(vlab, tmp_path, "alice", "bob", timeout=300)
 
     submit = {"name": "alicebulk", "diff": change("hal.c", *BULK), "summary": "bulk pull"}
     try:

@@ -10,16 +10,13 @@ SDK's client, `labwarden serve --http`, typer's runner."""
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2 as httpx
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from typer.testing import CliRunner
 
@@ -35,7 +32,7 @@ from labwarden.vlab.layout import VlabLayout
 from .diffing import git_diff, replace
 from .httplab import stop
 from .patching import BULK
-from .test_mcp_server import _serve_http
+from .test_mcp_server import serve_principals
 from .tooling import call
 
 pytestmark = pytest.mark.anyio
@@ -165,16 +162,7 @@ async def test_a_catastrophic_regex_cannot_hold_the_server(vlab: VlabLayout,
 
 async def test_over_http_a_patch_author_is_shown_to_its_own_principal_only(vlab: VlabLayout,
                                                                            tmp_path: Path) -> None:
-    tokens = {"alice": secrets.token_urlsafe(24), "bob": secrets.token_urlsafe(24)}
-    tf = tmp_path / "tokens"
-    tf.write_text("".join(f"{n} {t}\n" for n, t in tokens.items()))
-    tf.chmod(0o600)
-    proc, port = _serve_http(vlab, "--token-file", str(tf))
-    url = f"http://127.0.0.1:{port}/mcp"
-
-    def client(who: str) -> Client:
-        http = httpx.AsyncClient(headers={"Authorization": f"Bearer {tokens[who]}"}, timeout=120)
-        return Client(streamable_http_client(url, http_client=http))
+    proc, client = serve_principals(vlab, tmp_path, "alice", "bob", timeout=120)
 
     diff = git_diff(vlab.src, replace("hal.c", *BULK))
     args = {"name": "shared-bulk", "diff": diff}
