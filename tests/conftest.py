@@ -114,10 +114,7 @@ LIGHT_MODULES = frozenset({
     "test_uprobes", "test_vlab_lifecycle", "test_vlab_ssh",
     # tenants apart (issue 45): attacks and refusals, asserted on behaviour only
     "test_build_tenancy", "test_deep_arguments", "test_dut_tenancy", "test_patches_per_principal",
-    "test_workload_points",
-    # a kept fix far outside any scatter (the tutorial's -95%, 0901's -33% against a +-10-20%
-    # band), the rest behaviour: like the guest modules, they may run beside the icount stream
-    "test_report_judge_vlab", "test_tutorial_walk"})
+    "test_workload_points"})
 """Modules whose tests read no CPU share, rate or scatter -- they may start a vlab or an SSH
 server, but assert on behaviour, not on a measurement -- so they may run beside the `icount`
 tests (scripts/test-suite.sh). Every module not named here is measured alone: a new module is
