@@ -60,18 +60,23 @@ def vlab_fleet_fixture(places: int, name: str) -> Callable[..., Iterator[vlab_fl
     return fleet
 
 
-def quick_profile(info: vlab_fleet.FleetInfo, rule: dict[str, str] = QUICK) -> Path:
-    """The fleet's profile with `rule`'s keys set in its [decision], written beside it
-    (lab-quick.toml)."""
-    text = Path(info.lab_toml).read_text()
+def with_decision(lab_toml: Path, rule: dict[str, str], name: str = "lab-quick.toml") -> Path:
+    """`lab_toml` with `rule`'s keys set in its [decision] (each must be there), written beside it
+    as `name`."""
+    text = lab_toml.read_text()
     at = text.index("[decision]")
     head, tail = text[:at], text[at:]
     for key, value in rule.items():
         tail, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", tail, count=1, flags=re.M)
         assert n == 1, key
-    path = Path(info.lab_toml).with_name("lab-quick.toml")
+    path = lab_toml.with_name(name)
     path.write_text(head + tail)
     return path
+
+
+def quick_profile(info: vlab_fleet.FleetInfo, rule: dict[str, str] = QUICK) -> Path:
+    """The fleet's profile with `rule`'s keys set in its [decision] (lab-quick.toml)."""
+    return with_decision(Path(info.lab_toml), rule)
 
 
 async def sweep_a_on(pool: PlacePool, place: str, others: set[str]) -> str:

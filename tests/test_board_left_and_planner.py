@@ -17,7 +17,6 @@ and 60 clients keep each experiment short, as tests/test_loop_vlab.py does.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import firmware
 from labwarden.vlab.layout import VlabLayout
 
+from .fleet_fixtures import with_decision
 from .patching import NO_OP, change
 
 runner = CliRunner()
@@ -50,15 +50,7 @@ QUICK = {"window_s": "2.0", "densities": "[30, 60]", "sweep_reps": "2", "max_win
 
 @pytest.fixture(scope="module")
 def quick(lab: VlabLayout) -> Path:
-    text = lab.lab_toml.read_text()
-    at = text.index("[decision]")
-    head, tail = text[:at], text[at:]
-    for key, value in QUICK.items():
-        tail, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", tail, count=1, flags=re.M)
-        assert n == 1, key
-    path = lab.lab_toml.with_name("lab-quick.toml")
-    path.write_text(head + tail)
-    return path
+    return with_decision(lab.lab_toml, QUICK)
 
 
 async def _ok(ctx: LabContext, tool: str, args: dict[str, Any]) -> dict[str, Any]:

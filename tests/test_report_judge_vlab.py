@@ -41,6 +41,7 @@ from labwarden.vlab.layout import VlabLayout
 
 from .ci_skips import missing
 from .conftest import needs_uprobes
+from .fleet_fixtures import with_decision
 
 pytestmark = pytest.mark.anyio
 ONE_POINT = {"window_s": "2.0", "densities": "[60]", "sweep_reps": "2", "max_windows": "9",
@@ -55,14 +56,7 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VlabLayou
     try:
         control.up(root)
         layout = VlabLayout.at(root)
-        text = layout.lab_toml.read_text()
-        at = text.index("[decision]")
-        head, tail = text[:at], text[at:]
-        for key, value in ONE_POINT.items():
-            tail, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", tail, count=1, flags=re.M)
-            assert n == 1, key
-        lab = layout.lab_toml.with_name("lab-one-point.toml")
-        lab.write_text(head + tail)
+        lab = with_decision(layout.lab_toml, ONE_POINT, "lab-one-point.toml")
         yield layout, lab
     finally:
         control.down(root)
