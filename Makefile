@@ -40,8 +40,8 @@ qlab: system python
 	@if [ "$$(id -u)" = 0 ]; then $(BIN)/labwarden qlab image >/dev/null && echo "setup: qlab image ready"; \
 	else echo "setup: the qlab image is built as root (make setup as root once)" >&2; fi
 
-# the suite in two phases (scripts/test-suite.sh): the icount qlab loop and the own-guest qlab
-# tests beside the tests that read no measurement, then every other test alone; short tracebacks,
+# the suite in two phases (scripts/test-suite.sh): the tests that read no measurement on xdist
+# workers, then the measured tests with the two qlab streams beside them at nice 19; short tracebacks,
 # so that a CI log's excerpt reaches each failure's own error (a long one is mostly asyncio's)
 test: setup
 	$(BIN)/ruff check labwarden tests bench

@@ -21,6 +21,12 @@ from .ci_skips import missing, pytest_make_collect_report, pytest_runtest_makere
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # make test's light tests (scripts/test-suite.sh)
+    # an xdist worker starts with COLUMNS=80 LINES=24 set: the CLI under test would take them for
+    # the user's choice and cut its tables (cli/common.py: $COLUMNS wins over the pipe's width)
+    for var in ("COLUMNS", "LINES"):
+        os.environ.pop(var, None)
+
 
 def _bring_up(root: Path) -> VlabLayout:
     control.up(root)
@@ -116,15 +122,16 @@ LIGHT_MODULES = frozenset({
     "test_build_tenancy", "test_deep_arguments", "test_dut_tenancy", "test_patches_per_principal",
     "test_workload_points"})
 """Modules whose tests read no CPU share, rate or scatter -- they may start a vlab or an SSH
-server, but assert on behaviour, not on a measurement -- so they may run beside the `icount`
-tests (scripts/test-suite.sh). Every module not named here is measured alone: a new module is
-quiet by default, and joins this set only when none of its assertions reads a measurement."""
+server, but assert on behaviour, not on a measurement -- so they run on several xdist workers at
+once (scripts/test-suite.sh, phase 1). Every module not named here is measured in phase 2 at
+normal priority: a new module is measured by default, and joins this set only when none of its
+assertions reads a measurement."""
 
 GUEST_MODULES = frozenset({"test_qlab", "test_qlab_powercut"})
 """Modules whose tests run a qlab guest of their own and read from it only behaviour (a boot, a
 flash, a power cut, stations on both sides) or effects far outside any scatter a loaded host adds
-(a SIGSTOP's collapse of >80%, frames in a flame graph): they run beside the `light` and `icount`
-tests too, in a stream of their own (scripts/test-suite.sh)."""
+(a SIGSTOP's collapse of >60%, frames in a flame graph): they run in a stream of their own at
+nice 19 beside the measured tests of phase 2 (scripts/test-suite.sh)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

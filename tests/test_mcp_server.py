@@ -208,7 +208,7 @@ def _serve_http(lab: VlabLayout, *extra: str) -> tuple[subprocess.Popen[bytes], 
     proc = subprocess.Popen([LABWARDEN, "serve", "--lab", str(lab.lab_toml), "--http",
                              f"127.0.0.1:{port}", *extra], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a cold start beside busy xdist workers took over 20 s
     while time.monotonic() < deadline:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:

@@ -1,5 +1,6 @@
 """`make test`'s two phases (scripts/test-suite.sh): which markers each phase selects, that every
-test lands in exactly one, that every phase runs when an earlier one failed, and which exit
+test lands in exactly one, that the light tests run on xdist workers a module to a worker and
+the qlab streams at nice 19, that every phase runs when an earlier one failed, and which exit
 status comes out. The script is real; the pytest it drives is a stand-in that records its
 arguments and exits as told (the suite itself is what `make test` runs)."""
 
@@ -21,8 +22,10 @@ def run(tmp_path: Path, exits: dict[str, int]) -> tuple[int, list[list[str]], st
     calls = tmp_path / "calls"
     stand_in = tmp_path / "pytest"
     cases = "\n".join(f'  "{expr}") exit {code} ;;' for expr, code in exits.items())
-    stand_in.write_text(f'#!/usr/bin/env bash\necho "$*" >> "{calls}"\necho "ran $*"\n'
-                        f'case "$3" in\n{cases}\n  *) exit 0 ;;\nesac\n')
+    # each call's line: its nice value, then its arguments; its -m expression picks its exit
+    stand_in.write_text(f'#!/usr/bin/env bash\necho "$(nice) $*" >> "{calls}"\necho "ran $*"\n'
+                        'while [ $# -gt 0 ] && [ "$1" != -m ]; do shift; done\n'
+                        f'case "$2" in\n{cases}\n  *) exit 0 ;;\nesac\n')
     stand_in.chmod(0o755)
     res = subprocess.run([str(SCRIPT), str(stand_in), "--durations=3"], capture_output=True,
                          text=True, timeout=60, cwd=tmp_path)
@@ -33,10 +36,17 @@ def run(tmp_path: Path, exits: dict[str, int]) -> tuple[int, list[list[str]], st
 def test_the_phases_partition_the_suite_and_every_one_runs(tmp_path: Path) -> None:
     status, calls, out = run(tmp_path, {})
     assert status == 0, out
-    exprs = sorted(" ".join(c[2:]) for c in calls)
+    by_expr = {" ".join(c[c.index("-m") + 1:]): c for c in calls}
+    exprs = sorted(by_expr)
     assert exprs == ["guest and not icount", "icount", "light and not icount and not guest",
                      "not icount and not light and not guest"]
-    assert all(c[0] == "--durations=3" and c[1] == "-m" for c in calls)  # ARGS passed on
+    assert all(c[1] == "--durations=3" for c in calls)  # ARGS passed on
+    light = by_expr["light and not icount and not guest"]
+    assert light[2:6] == ["-n", "3", "--dist", "loadfile"]  # on workers, a module to a worker
+    niceness = {expr: int(c[0]) for expr, c in by_expr.items()}
+    base = niceness["not icount and not light and not guest"]
+    assert niceness["light and not icount and not guest"] == base  # the measured tests: as run
+    assert niceness["icount"] == niceness["guest and not icount"] == min(19, base + 19)
     # every combination of the markers is selected by exactly one stream's expression (these use
     # only names, `and` and `not`: python reads them as pytest's -m does)
     for marks in itertools.product((True, False), repeat=3):
@@ -45,14 +55,16 @@ def test_the_phases_partition_the_suite_and_every_one_runs(tmp_path: Path) -> No
         assert len(chosen) == 1, (names, chosen)
     for name, expr in (("icount", "icount"), ("guest", "guest and not icount")):
         printed = out.index(f"ran --durations=3 -m {expr}\n")  # whole, in its place
-        assert out.index(f"phase 1: the {name} tests\n") < printed < out.index("phase 2")
+        assert out.index(f"phase 2: the {name} tests\n") < printed < out.index("phase 2 took")
+        assert out.index("phase 1 took") < out.index("== phase 2: the measured tests")
 
 
 def test_the_first_failure_is_the_status_and_later_phases_still_run(tmp_path: Path) -> None:
     light, rest = "light and not icount and not guest", "not icount and not light and not guest"
     for name, exits, want in (("later", {light: 1, rest: 2}, 1),
                               ("background", {"icount": 3}, 3),
-                              ("second background", {"guest and not icount": 4, rest: 1}, 4),
+                              ("second background", {"guest and not icount": 4}, 4),
+                              ("measured before background", {"guest and not icount": 4, rest: 1}, 1),
                               ("empty", {"icount": 5, light: 5}, 0)):
         here = tmp_path / name
         here.mkdir()
