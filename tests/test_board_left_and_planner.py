@@ -6,8 +6,9 @@
 - a patch id depends on its base: the same diff on two bases is two patches, and an id of the
   old form (the diff alone) still resolves;
 - the loop without a key: `labwarden loop --planner patches --patches DIR` judges a directory of
-  patches (the vlab's 0901 and a no-op) through the same loop, ledger and report, with no API key
-  and no stand-in of the Messages API; every candidate decided;
+  patches (one that does not compile: rejected at submission, not judged; then the vlab's 0901:
+  kept) through the same loop, ledger and report, with no API key and no stand-in of the
+  Messages API;
 - `transcripts list` without --db finds the profile's transcript database.
 
 Real parts throughout (builds, flashes, windows, the guard, the transcript); 2 s windows at 30
@@ -40,7 +41,7 @@ from labwarden.vlab import firmware
 from labwarden.vlab.layout import VlabLayout
 
 from .fleet_fixtures import with_decision
-from .patching import NO_OP, change
+from .patching import BROKEN, NO_OP, change
 
 runner = CliRunner()
 QUICK = {"window_s": "2.0", "densities": "[30, 60]", "sweep_reps": "2", "max_windows": "9",
@@ -116,7 +117,9 @@ def test_the_patch_planner_runs_the_loop_without_a_key(quick: Path, tmp_path: Pa
         monkeypatch.delenv(var, raising=False)
     patches = tmp_path / "candidates"
     patches.mkdir()
-    (patches / "a-comment.diff").write_text(change("wld.c", *NO_OP))  # a no-op first: left on A
+    # a patch that does not compile first: refused by patch_submit, not judged, the loop goes on
+    # (a regressed B left on A: test_a_regressed_b_leaves_a_running above)
+    (patches / "a-missing-semicolon.diff").write_text(change("wld.c", *BROKEN))
     shutil.copyfile(next(firmware.patches_package_dir().glob("0901-*.patch")),
                     patches / "b-0901-gate.patch")  # then a fix: kept, left on B
     (patches / "README.txt").write_text("not a patch")
@@ -131,26 +134,25 @@ def test_the_patch_planner_runs_the_loop_without_a_key(quick: Path, tmp_path: Pa
         sid = next(s.id for s in store.sessions() if s.client == "loop")
         events = [e.event for e in store.events(sid)]
     top = [e.call for e in events if isinstance(e, ToolCalled) and e.parent_id is None]
-    assert [c.tool for c in top] == ["patch_submit", "experiment", "patch_submit", "experiment"]
+    assert [c.tool for c in top] == ["patch_submit", "patch_submit", "experiment"]
     assert not [e for e in events if isinstance(e, ModelCall)]  # nothing priced: no model
-    noop, fix = (c.result for c in top if c.tool == "experiment")
-    assert noop and fix
-    assert noop["patch"].startswith("a-comment-") and fix["patch"].startswith("b-0901-gate-")
-    assert noop["decision"] in ("refuted", "dropped") and noop["verdict"] in ("same", "unknown"), noop
+    broken, _, judged = top
+    assert not broken.ok and broken.args["name"] == "a-missing-semicolon", broken
+    fix = judged.result
+    assert fix and fix["patch"].startswith("b-0901-gate-")
     assert fix["decision"] == "kept" and fix["verdict"] == "improved", fix
     assert fix["left_flashed"] == fix["build_b"] and "B (kept)" in fix["left_flashed_why"]
-    assert noop["left_flashed"] == noop["build_a"]
     board = BoardStateFile(prof.data_dir()).peek()
     assert board.verified_build == board.flashed_build == fix["build_b"]  # the kept stack runs
 
     summary = (out / "summary.md").read_text()
     assert fix["patch"] in summary.split("## Kept")[1].split("## ")[0]
-    assert "**Candidates judged:** 2" in summary and "0 failed" in summary, summary
+    assert "**Candidates judged:** 1" in summary and "0 failed" in summary, summary
+    assert "1 rejected at submission" in summary and "a-missing-semicolon" in summary, summary
     report = (out / "report.html").read_text()
     ledger = report.split('id="ledger-table"')[1].split("</table>")[0]
-    assert ledger.count('class="exp-row"') == 2
-    for exp in (noop, fix):
-        assert exp["patch"] in ledger and f'data-decision="{exp["decision"]}"' in ledger
+    assert ledger.count('class="exp-row"') == 1
+    assert fix["patch"] in ledger and f'data-decision="{fix["decision"]}"' in ledger
 
     # the profile's own transcript database, found without --db (its data dir, not the cwd)
     listed = runner.invoke(app, ["transcripts", "list", "--lab", str(quick)], env={"COLUMNS": "200"})
