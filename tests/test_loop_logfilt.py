@@ -86,6 +86,8 @@ def experiment() -> ToolUse:
     return ToolUse("experiment", from_result("patch_id", "patch"))
 
 
+@pytest.mark.long  # ~115 s (A: 15 windows of 4 s): make test-long; make test keeps the tutorial's
+# profile to a kept patch (tests/test_tutorial_walk.py) and A once at its cap (tests/test_loop_qlab.py)
 async def test_the_readme_profile_as_printed_judges_a_patch(
         logfilt: tuple[stockssh.StockSsh, Path]) -> None:
     """No [decision], no [readers], no [policy]: `experiment` screens at the load's one point (0)
