@@ -41,7 +41,7 @@ qlab: system python
 	else echo "setup: the qlab image is built as root (make setup as root once)" >&2; fi
 
 # the suite in two phases (scripts/test-suite.sh): the tests that read no measurement on xdist
-# workers, then the measured tests with the two qlab streams beside them at nice 19; short tracebacks,
+# workers, then the measured tests with the two qlab streams beside them at idle priority; short tracebacks,
 # so that a CI log's excerpt reaches each failure's own error (a long one is mostly asyncio's)
 test: setup
 	$(BIN)/ruff check labwarden tests bench

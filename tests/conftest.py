@@ -132,7 +132,7 @@ GUEST_MODULES = frozenset({"test_qlab", "test_qlab_powercut"})
 """Modules whose tests run a qlab guest of their own and read from it only behaviour (a boot, a
 flash, a power cut, stations on both sides) or effects far outside any scatter a loaded host adds
 (a SIGSTOP's collapse of >60%, frames in a flame graph): they run in a stream of their own at
-nice 19 beside the measured tests of phase 2 (scripts/test-suite.sh)."""
+idle priority beside the measured tests of phase 2 (scripts/test-suite.sh)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -178,12 +178,15 @@ def test_the_planner_refuses_what_it_cannot_run(quick: Path, tmp_path: Path) -> 
 
 
 @pytest.mark.anyio
-async def test_bisect_leaves_the_board_on_good(lab: VlabLayout, quick: Path) -> None:
+async def test_bisect_leaves_the_board_on_good(lab: VlabLayout) -> None:
     """Between the regressing commit and HEAD nothing changes stad's code: the ends compare (no
-    regression, or undecided at the cap), and the board is left on good's build either way."""
+    regression, or undecided at the cap), and the board is left on good's build either way. The
+    cap is the rule's first look (3 windows an arm): where the board is left does not depend on
+    the verdict, and the ends of a no-op went on to the cap of 9 in a loaded run (64 s)."""
     good = git(lab.src, "log", "--format=%H", "--grep", "^wld: sync", "HEAD")
     assert good and git(lab.src, "log", "-1", "--format=%s", good) == firmware.REGRESSION
-    prof = LabProfile.from_file(quick)
+    prof = LabProfile.from_file(with_decision(lab.lab_toml, {**QUICK, "max_windows": "3"},
+                                              "lab-bisect-first-look.toml"))
     async with open_lab(prof, client="test") as ctx:
         out = await _ok(ctx, "bisect", {"good": good, "bad": "HEAD"})
         built = await _ok(ctx, "build", {"ref": good})

@@ -16,7 +16,6 @@ from labwarden.guardrails.lease import Lease
 from labwarden.lab import uci
 from labwarden.lab.boardstate import BoardState
 from labwarden.lab.config import LabProfile
-from labwarden.lab.host import tracefs
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from labwarden.tools.context import LabContext
@@ -24,7 +23,7 @@ from labwarden.transcripts.store import TranscriptStore
 from labwarden.vlab import procs, rpc, tuning
 from labwarden.vlab.layout import VlabLayout
 
-from .conftest import uprobes_reason
+from .conftest import uprobes_reason, vlab_probes
 from .tooling import baseline
 
 pytestmark = pytest.mark.anyio
@@ -44,9 +43,11 @@ def dut_snapshot(layout: VlabLayout) -> dict[str, Any]:
         pid = procs.read_pid(layout.run_dir / f"{name}.pid")
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if pid else None
         services[name] = (pid, state)
-    probes = (tracefs.TRACEFS / "uprobe_events").read_text() if uprobes_reason() is None else ""
+    # this vlab's probes only: tracefs is kernel-wide, and other tests' labs probe their own DUTs
+    # meanwhile (make test runs the light modules on several workers)
+    probes = vlab_probes(layout) if uprobes_reason() is None else []
     return {"files": files, "services": services, "stations": rpc.count(layout.socket)["total"],
-            "probes": [ln for ln in probes.splitlines() if "labwarden" in ln],
+            "probes": probes,
             "builds": sorted(p.name for p in layout.builds.iterdir()),
             "lease": (layout.run_dir / "labwarden.lease").exists(),
             "flashed": BoardState.load(layout.data_dir).flashed_build}

@@ -257,8 +257,8 @@ async def test_bisect_names_the_commit_that_made_logfilt_slower(
         logfilt: tuple[stockssh.StockSsh, Path]) -> None:
     _server, base = logfilt
     # 2 s windows, interleaved (a flash here costs ~1 s), the default band of "same" (+-5%): the
-    # regression is ~+70% on this host (tests/logfilt_patches.REGRESSION), and half of it is the
-    # midpoints' band -- wide enough for each step to decide at the rule's first look
+    # regression is ~+35% on this host (tests/logfilt_patches.REGRESSION), and half of it is the
+    # midpoints' band -- wide enough for the steps to decide at the rule's first looks
     prof = LabProfile.from_file(with_budget(base, "bisect", "\n[decision]\nwindow_s = 2.0\n"
                                             "interleave = true\n"))
     async with open_lab(prof) as ctx:

@@ -1,9 +1,9 @@
 """The overnight loop on the qlab, one candidate kept and one refuted (issue [3/2]; the full run,
 five candidates for the qlab's own hot path, is `bench/loop_throughput.py --lab-kind qlab`).
 
-In `make test` (issue [3/2]), marked `icount`: scripts/test-suite.sh runs it at nice 19 beside
-the measured tests and the guest tests; the icount clock's measurement does not feel the host's
-load, only its wall time does. Three boots besides the guest's first (the third leaves the board
+In `make test` (issue [3/2]), marked `icount`: scripts/test-suite.sh runs it at idle priority
+beside the measured tests and the guest tests; the icount clock's measurement does not feel the
+host's load, only its wall time does. Three boots besides the guest's first (the third leaves the board
 on the kept stack after the no-op is refuted): 788 s of call beside the light and guest streams.
 
 The stand-in Messages API (tests/messages_standin.py) scripts the model's turns: the one thing
@@ -54,7 +54,7 @@ from tests.messages_standin import MessagesStandIn, ToolUse, Turn, from_result, 
 from tests.qlab_fixtures import Qlab, loop_profile, running_qlab
 from tests.qlab_patches import COMMENT, GATE
 
-pytestmark = [pytest.mark.timeout(1500), pytest.mark.icount]  # at nice 19 in make test
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.icount]  # at idle priority in make test
 runner = CliRunner()
 
 DECISION: dict[str, object] = {"window_s": 4.0, "settle_s": 5.0, "densities": [114],

@@ -1,8 +1,9 @@
 """`make test`'s two phases (scripts/test-suite.sh): which markers each phase selects, that every
 test lands in exactly one, that the light tests run on xdist workers a module to a worker and
-the qlab streams at nice 19, that every phase runs when an earlier one failed, and which exit
-status comes out. The script is real; the pytest it drives is a stand-in that records its
-arguments and exits as told (the suite itself is what `make test` runs)."""
+the qlab streams at idle priority (a cpu.idle cgroup and nice 19), that every phase runs when an
+earlier one failed, and which exit status comes out. The script is real; the pytest it drives is
+a stand-in that records its arguments and exits as told (the suite itself is what `make test`
+runs)."""
 
 from __future__ import annotations
 
