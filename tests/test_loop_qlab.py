@@ -3,8 +3,8 @@ five candidates for the qlab's own hot path, is `bench/loop_throughput.py --lab-
 
 In `make test` (issue [3/2]), marked `icount`: scripts/test-suite.sh runs it at idle priority
 beside the measured tests and the guest tests; the icount clock's measurement does not feel the
-host's load, only its wall time does. Three boots besides the guest's first (the third leaves the board
-on the kept stack after the no-op is refuted): 788 s of call beside the light and guest streams.
+host's load, only its wall time does. Three boots besides the guest's first (the third leaves
+the board on the kept stack after the no-op is refuted): the stream took 793 s in make test.
 
 The stand-in Messages API (tests/messages_standin.py) scripts the model's turns: the one thing
 stood in for (a paid API). Everything else is real: `labwarden loop`, a Debian kernel under QEMU
