@@ -83,11 +83,13 @@ def _pids_running(cmdline: list[str]) -> list[int]:
 
 @pytest.mark.parametrize("method", ["run", "exec"])
 async def test_exit_status_stdout_stderr(dev: Device, method: str) -> None:
+    t0 = time.monotonic()
     res = await getattr(dev, method)(["sh", "-c", "echo out; echo err-text >&2; exit 7"])
+    wall = time.monotonic() - t0
     assert (res.exit_status, res.stdout, res.stderr) == (7, "out\n", "err-text\n")
     assert (res.stdout_bytes, res.stderr_bytes, res.truncated) == (4, 9, False)
     assert res.argv == ["sh", "-c", "echo out; echo err-text >&2; exit 7"]
-    assert 0 < res.duration_s < 5
+    assert 0 < res.duration_s <= wall  # the command's own time, inside the call's
 
 
 async def test_killed_by_signal_is_128_plus_n(dev: Device) -> None:

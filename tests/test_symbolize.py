@@ -132,7 +132,7 @@ async def test_dominant_path_is_the_syncinfo_tower(lab: VlabLayout, prof114: str
     assert again.ok and again.result is not None and again.result["cached"]
     assert again.result["samples"] == res["samples"] and len(again.result["tree"]) <= 40
     print(f"cached re-symbolize: {again.duration_s * 1000:.1f} ms")
-    assert again.duration_s < 0.1
+    assert again.duration_s < rec.duration_s / 5  # no perf script, no inferno: read back
 
 
 async def test_folded_equals_the_plain_pipe(lab: VlabLayout, prof114: str) -> None:
