@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from labwarden.core.decision import DecisionRule
-from labwarden.core.experiments import Arm
+from labwarden.core.decision import DecisionRule, judge
+from labwarden.core.experiments import Arm, WindowEnv
 from labwarden.tools.abtest import AB
 
 pytestmark = pytest.mark.anyio
@@ -25,18 +25,28 @@ class Scripted(AB):
     """AB whose windows come from per-arm iterators; records each segment as (arm, windows)."""
 
     def __init__(self, values: dict[str, itertools.cycle[float]], on: str | None = None,
-                 interleave: bool = True) -> None:
-        board = SimpleNamespace(fingerprint_ok=lambda: on is not None, verified_build=on)
+                 interleave: bool | str = True, switch_s: float | None = None,
+                 others: dict[str, itertools.cycle[float]] | None = None,
+                 shift_pp: float | None = None, drift_check: bool = False,
+                 reuse_a: Arm | None = None) -> None:
+        board = SimpleNamespace(fingerprint_ok=lambda: on is not None, verified_build=on,
+                                switch_s=switch_s)
         ctx = SimpleNamespace(profile=SimpleNamespace(decision=SimpleNamespace(
-            offered_load_counter=None)), peek_state=lambda: board)
+            offered_load_counter=None, settle_s=0.0, environment_shift_pp=shift_pp,
+            environment_action="drop" if shift_pp else "off", drift_check=drift_check)),
+            peek_state=lambda: board)
         super().__init__(ctx, "img-a", "img-b", stations=114, rule=RULE, window_s=4.0,  # type: ignore[arg-type]
-                         interleave=interleave)
+                         interleave=interleave,  # type: ignore[arg-type]
+                         reuse_a=reuse_a, reuse_from="exp-earlier" if reuse_a else None)
         self.values = values
+        self.others = others
         self.segments: list[tuple[str, int]] = []
 
     async def _segment(self, name: str, arm: Arm, k: int) -> None:
         self.segments.append((name, k))
         arm.values += [next(self.values[name]) for _ in range(k)]
+        if self.others is not None:  # what a window's kernel split says ran beside it
+            arm.env += [WindowEnv(others_pct=next(self.others[name])) for _ in range(k)]
 
 
 async def test_unknown_adds_step_windows_alternating_until_the_cap() -> None:
@@ -86,3 +96,105 @@ async def test_without_interleaving_a_is_measured_once_at_the_cap() -> None:
     quiet = Scripted({"a": itertools.cycle([30.0, 30.3, 29.8]), "b": itertools.cycle([30.1, 29.9, 30.2])},
                      interleave=False)
     assert (await quiet.run()).final.verdict == "same" and quiet.segments == [("a", 11), ("b", 3)]
+
+
+@pytest.mark.parametrize(("switch_s", "design"), [(1.2, "interleaved"), (40.0, "blocks"),
+                                                  (None, "blocks")])
+async def test_auto_interleaves_from_the_measured_cost_of_a_switch(switch_s: float | None,
+                                                                   design: str) -> None:
+    """`interleave = "auto"`: a switch of image (flash + verify) measured at 1.2 s is cheap
+    against a round's 2 x 4 s windows, 40 s (a reboot) is not; nothing measured yet: blocks."""
+    # the board runs A (verified): with no switch measured, none is made to measure one
+    ab = Scripted({"a": itertools.cycle([30.0, 30.3, 29.8]), "b": itertools.cycle([30.1, 29.9])},
+                  interleave="auto", switch_s=switch_s, on="img-a")
+    s = await ab.run()
+    assert s.design == design and s.switch_s == switch_s and s.design_why
+    assert ab.segments[0] == ("a", 3 if design == "interleaved" else RULE.max_windows)
+
+
+async def test_interleaved_rounds_are_analysed_blocked_so_drift_between_rounds_cancels() -> None:
+    """No effect, but the lab's level moves by +-12% from round to round (A and B of a round
+    share it). Blocked by round the verdict is not "different"; two independent samples would
+    see the rounds' spread as noise only -- and the model's dof and design are on the look."""
+    # round levels 30, 34, 27, 33, ...: each round's A and B windows at that level, +-0.3
+    levels = [30.0, 34.0, 27.0, 33.0, 28.0]
+    ab = Scripted({"a": itertools.cycle([30.0, 30.3, 29.8]), "b": itertools.cycle([30.1])})
+    rounds = iter(levels)
+
+    async def segment(name: str, arm: Arm, k: int) -> None:
+        ab.segments.append((name, k))
+        level = ab.level if len(ab.segments) % 2 == 0 else next(rounds)
+        ab.level = level
+        sign = 1 if name == "a" else -1  # A and B scatter differently inside a round
+        arm.values += [level + sign * (0.5 if i % 2 else -0.5) for i in range(k)]
+
+    ab._segment = segment  # type: ignore[method-assign]
+    s = await ab.run()
+    assert s.design == "interleaved" and s.final.design == "blocked"
+    assert s.final.verdict == "same", [j.describe() for j in s.looks]
+    assert len(s.looks) >= 2 and s.a.rounds[:5] == [0, 0, 0, 1, 1]
+    independent = judge(s.a.values, s.b.values, RULE)  # the same windows as two samples
+    assert independent.verdict == "unknown", independent.describe()
+
+
+async def test_a_round_whose_b_ran_beside_a_hog_is_left_out_and_said() -> None:
+    """Round 2's B ran beside a CPU hog (others' CPU 100% of a core, A's 5%) and read 15% more:
+    the environment rule leaves that round out (both arms) and says so; the verdict rests on
+    the other rounds. Without the rule the same windows read differently."""
+    def run(shift: float | None) -> Scripted:
+        b = itertools.cycle([30.0, 30.2, 29.9, 34.6, 34.4, 30.1, 29.9, 30.0, 30.2, 29.8, 30.1])
+        others = {"a": itertools.cycle([5.0]),
+                  "b": itertools.cycle([5.0, 5.0, 5.0, 100.0, 100.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0])}
+        # A's scatter leaves the first look undecided: a second round is taken
+        return Scripted({"a": itertools.cycle([30.0, 31.2, 28.9, 30.0, 30.1]), "b": b},
+                        others=others, shift_pp=40.0 if shift else None)
+
+    ruled = run(40.0)
+    s = await ruled.run()
+    assert s.b.left_out and s.a.left_out, s.environment  # the whole round, both arms
+    assert any("round 2" in n and "left out" in n for n in s.environment), s.environment
+    assert s.final.verdict == "same", [j.describe() for j in s.looks]
+    bare = await run(None).run()
+    assert not bare.environment and not bare.b.left_out
+    assert bare.looks[1].delta_pct > s.looks[1].delta_pct  # the hog's round counted there
+
+
+async def test_without_interleaving_a_is_measured_again_and_a_moved_lab_is_unknown() -> None:
+    """Blocks (a flash that costs a reboot): after B decided, A again (min_windows); when the
+    second A reads 20% above the first the verdict is "unknown: the lab moved", never the
+    "regressed" B's windows alone would give. A lab that did not move keeps its verdict."""
+    moving = Scripted({"a": itertools.cycle([30.0] * RULE.max_windows + [36.0, 36.2, 35.9]),
+                       "b": itertools.cycle([36.0, 36.1, 35.9])}, interleave=False,
+                      drift_check=True)
+    s = await moving.run()
+    assert s.a_again is not None and len(s.a_again.values) == RULE.min_windows
+    assert s.final.verdict == "unknown" and s.final.decided
+    assert s.final.note and "the lab moved" in s.final.note
+    steady = Scripted({"a": itertools.cycle([30.0, 30.2, 29.9]),
+                       "b": itertools.cycle([36.0, 36.1, 35.9])}, interleave=False,
+                      drift_check=True)
+    t = await steady.run()
+    assert t.final.verdict == "regressed" and t.a_again is not None and t.final.note is None
+    assert steady.segments[-1] == ("a", RULE.min_windows)
+
+
+async def test_a_recent_a_is_reused_after_a_check_that_agrees() -> None:
+    """Blocks: an earlier screening's 11 windows of A stand in for A's block once a check of
+    min_windows windows agrees -- 3 windows of A measured instead of 11 -- and the screening
+    says what it reused. A check that reads 20% higher measures A anew (at the cap)."""
+    earlier = Arm(build_id="img-a", values=[30.0, 30.2, 29.9, 30.1, 29.8] * 2 + [30.0])
+    ab = Scripted({"a": itertools.cycle([30.1, 29.9, 30.0]), "b": itertools.cycle([25.0, 25.1])},
+                  interleave=False, reuse_a=earlier)
+    s = await ab.run()
+    assert ab.segments[0] == ("a", RULE.min_windows) and ("a", RULE.max_windows) not in ab.segments
+    assert len(s.a.values) == 11 + RULE.min_windows and s.a_reused_from == "exp-earlier"
+    assert s.a_reuse and "reused 11" in s.a_reuse and s.final.verdict == "improved"
+    moved = Scripted({"a": itertools.cycle([36.0, 36.1, 35.9]), "b": itertools.cycle([25.0])},
+                     interleave=False, reuse_a=earlier)
+    t = await moved.run()
+    assert t.a_reused_from is None and t.a_reuse and "measured anew" in t.a_reuse
+    assert moved.segments[:2] == [("a", RULE.min_windows), ("a", RULE.max_windows - RULE.min_windows)]
+    assert all(v > 35 for v in t.a.values)  # the earlier windows are not in it
+    inter = Scripted({"a": itertools.cycle([30.0]), "b": itertools.cycle([25.0])}, reuse_a=earlier)
+    u = await inter.run()
+    assert u.a_reuse and u.a_reuse.startswith("not reused: interleaved") and u.a_reused_from is None

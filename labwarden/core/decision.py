@@ -48,6 +48,11 @@ if TYPE_CHECKING:
     from scipy.stats import rv_continuous
 
 Verdict = Literal["improved", "regressed", "same", "unknown"]
+Design = Literal["independent", "blocked"]
+"""How the windows are analysed: `independent` -- two samples (Welch), for A measured in one
+block and B in another; `blocked` -- the windows of A and B taken in rounds (interleaved), a
+round's A and B next to each other in time: the effect is estimated within rounds (a linear
+model with one level per round), so a background that moves between rounds cancels."""
 
 
 class DecisionRule(BaseModel):
@@ -107,11 +112,18 @@ class Judgement(BaseModel):
     same_ci_pct: tuple[float, float] | None = Field(None, description="equivalence interval of "
                                                     "delta_pct at 1 - 2 beta_look (TOST): 'same' "
                                                     "when it lies inside the band")
-    p_value: float | None = Field(description="Welch's t-test, two-sided")
+    p_value: float | None = Field(description="Welch's t-test (design independent) or the "
+                                  "blocked model's t-test, two-sided")
     alpha_look: float
     beta_look: float | None = None
     margin_pct: float = Field(description="the equivalence band: +-margin_pct is 'same'")
     decided: bool = Field(description="the verdict is final (not unknown), or the cap is reached")
+    design: Design = Field("independent", description="how the windows were analysed: two "
+                           "independent samples (Welch) or blocked by round (interleaved A/B; "
+                           "records older than the field: independent)")
+    dof: float | None = Field(None, description="degrees of freedom of the interval")
+    note: str | None = Field(None, description="why a verdict was overridden (e.g. 'unknown: the "
+                             "lab moved' when A measured again after B disagrees with A)")
 
     def rests_on_equivalence(self) -> bool:
         """A 'same' verdict rests on the equivalence interval; every other on the CI."""
@@ -134,9 +146,11 @@ class Judgement(BaseModel):
         if self.same_ci_pct and self.beta_look is not None:
             eq = (f", equivalence [{self.same_ci_pct[0]:+.1f}, {self.same_ci_pct[1]:+.1f}]% at "
                   f"{1 - 2 * self.beta_look:.4g}")
+        note = f" -- {self.note}" if self.note else ""
+        blocked = ", blocked by round" if self.design == "blocked" else ""
         return (f"{self.verdict}: {self.mean_a:.3g} -> {self.mean_b:.3g} ({self.delta_pct:+.1f}%, "
                 f"CI {ci} at {1 - self.alpha_look:.4g}{eq}, n={self.n_a}+{self.n_b}, band "
-                f"+-{self.margin_pct:g}%)")
+                f"+-{self.margin_pct:g}%{blocked}){note}")
 
 
 def _t() -> rv_continuous:
@@ -173,44 +187,89 @@ def pct_interval(a: list[float], b: list[float], confidence: float) -> tuple[flo
     return 100.0 * math.expm1(log - half), 100.0 * math.expm1(log + half)
 
 
-def judge(a: list[float], b: list[float], rule: DecisionRule, *, higher_is_worse: bool = True,
-          margin_pct: float | None = None) -> Judgement:
-    """Look once at A's and B's windows. `margin_pct` widens the band of 'same' (bisect uses half
-    the regression it chases); the default is the rule's min_effect_pct. `decided` says whether
-    the caller may stop: a verdict other than unknown, or no planned look left."""
+class _Estimate(BaseModel):
+    """B's effect on A with its standard error, on the log ratio (`log`) or on the raw
+    difference scaled by A's mean (a counter that can be 0)."""
+
+    value: float
+    se: float
+    dof: float
+    log: bool
+    scale: float = 1.0
+
+
+def _welch(a: list[float], b: list[float]) -> _Estimate | None:
+    lr = _log_ratio(a, b)
+    if lr is not None:
+        return _Estimate(value=lr[0], se=lr[1], dof=lr[2], log=True)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else math.inf
+    return _Estimate(value=mb - ma, se=se, dof=dof, log=False, scale=abs(ma) if ma else 1.0)
+
+
+def _blocked(a: list[float], b: list[float], rounds_a: list[int],
+             rounds_b: list[int]) -> _Estimate | None:
+    """B's effect in the linear model `value = round + arm` fitted by least squares: the effect is
+    estimated from A and B inside each round, so a level that moves between rounds (the
+    background, a drifting clock) cancels. On the log of the values when all are positive,
+    else on the values. Rounds holding one arm only are left out (they say nothing about the
+    effect); None when no round holds both arms or no degree of freedom is left.
+    Written here, not with statsmodels: one two-factor OLS is a few lines of numpy, and
+    statsmodels is not a dependency."""
+    import numpy as np
+
+    both = sorted(set(rounds_a) & set(rounds_b))
+    pts = [(v, r, 0) for v, r in zip(a, rounds_a, strict=True) if r in both] \
+        + [(v, r, 1) for v, r in zip(b, rounds_b, strict=True) if r in both]
+    dof = len(pts) - len(both) - 1
+    if not both or dof < 1:
+        return None
+    log = all(v > 0 for v, _, _ in pts)
+    y = np.array([math.log(v) if log else v for v, _, _ in pts])
+    x = np.zeros((len(pts), len(both) + 1))
+    for i, (_, r, arm) in enumerate(pts):
+        x[i, both.index(r)] = 1.0
+        x[i, -1] = arm
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ coef
+    s2 = float(resid @ resid) / dof
+    se = math.sqrt(max(s2 * float(np.linalg.inv(x.T @ x)[-1, -1]), 0.0))
+    ma = statistics.fmean(v for v, _, arm in pts if arm == 0)
+    return _Estimate(value=float(coef[-1]), se=se, dof=dof, log=log,
+                     scale=abs(ma) if ma else 1.0)
+
+
+def _conclude(est: _Estimate | None, a: list[float], b: list[float], rule: DecisionRule, *,
+              higher_is_worse: bool, margin_pct: float | None, design: Design) -> Judgement:
     alpha, beta = rule.alpha_per_look(), rule.beta_per_look()
     margin = max(rule.min_effect_pct, margin_pct or 0.0)
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     scale = abs(ma) if ma else 1.0
-    delta = mb - ma
-    pct = 100.0 * delta / scale
+    pct = 100.0 * (mb - ma) / scale
     p: float | None = None
     ci: tuple[float, float] | None = None
     eq: tuple[float, float] | None = None
-    lr = _log_ratio(a, b)
-    if lr is not None:  # the relative change on the log ratio: inside what a share can do
-        log, se_log, dof_log = lr
-        if se_log == 0:
-            p, half, half_eq = (0.0 if delta else 1.0), 0.0, 0.0
+    if est is not None:
+        if est.se == 0:  # identical windows on each side (a counter that does not move)
+            p, half, half_eq = (0.0 if est.value else 1.0), 0.0, 0.0
         else:
-            p = float(2 * _t().sf(abs(log) / se_log, dof_log))
-            half = float(_t().ppf(1 - alpha / 2, dof_log)) * se_log
-            half_eq = float(_t().ppf(1 - beta, dof_log)) * se_log
-        ci = (100.0 * math.expm1(log - half), 100.0 * math.expm1(log + half))
-        eq = (100.0 * math.expm1(log - half_eq), 100.0 * math.expm1(log + half_eq))
-    elif len(a) > 1 and len(b) > 1:
-        va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-        se = math.sqrt(va + vb)
-        if se == 0:  # identical windows on each side (a counter that does not move)
-            p, half, half_eq = (0.0 if delta else 1.0), 0.0, 0.0
-        else:
-            dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-            p = float(2 * _t().sf(abs(delta) / se, dof))
-            half = float(_t().ppf(1 - alpha / 2, dof)) * se
+            t = _t()
+            p = float(2 * t.sf(abs(est.value) / est.se, est.dof))
+            half = float(t.ppf(1 - alpha / 2, est.dof)) * est.se
             # TOST: B - A > -margin and B - A < +margin, each one-sided at beta_look
-            half_eq = float(_t().ppf(1 - beta, dof)) * se
-        ci = (100.0 * (delta - half) / scale, 100.0 * (delta + half) / scale)
-        eq = (100.0 * (delta - half_eq) / scale, 100.0 * (delta + half_eq) / scale)
+            half_eq = float(t.ppf(1 - beta, est.dof)) * est.se
+
+        def pct_of(x: float) -> float:  # the log ratio stays inside what a share can do
+            return 100.0 * math.expm1(x) if est.log else 100.0 * x / est.scale
+
+        ci = (pct_of(est.value - half), pct_of(est.value + half))
+        eq = (pct_of(est.value - half_eq), pct_of(est.value + half_eq))
+        if design == "blocked":  # the model's estimate, not the raw means' (drift removed)
+            pct = pct_of(est.value)
     verdict: Verdict = "unknown"
     if ci is not None and eq is not None:
         if -margin < eq[0] and eq[1] < margin:
@@ -225,7 +284,28 @@ def judge(a: list[float], b: list[float], rule: DecisionRule, *, higher_is_worse
                      ci_pct=(round(ci[0], 3), round(ci[1], 3)) if ci else None,
                      same_ci_pct=(round(eq[0], 3), round(eq[1], 3)) if eq else None,
                      p_value=None if p is None else round(p, 6), alpha_look=alpha, beta_look=beta,
-                     margin_pct=margin, decided=verdict != "unknown" or capped)
+                     margin_pct=margin, decided=verdict != "unknown" or capped, design=design,
+                     dof=None if est is None or math.isinf(est.dof) else round(est.dof, 2))
+
+
+def judge(a: list[float], b: list[float], rule: DecisionRule, *, higher_is_worse: bool = True,
+          margin_pct: float | None = None) -> Judgement:
+    """Look once at A's and B's windows as two independent samples (Welch). `margin_pct` widens
+    the band of 'same' (bisect uses half the regression it chases); the default is the rule's
+    min_effect_pct. `decided` says whether the caller may stop: a verdict other than unknown, or
+    no planned look left."""
+    return _conclude(_welch(a, b), a, b, rule, higher_is_worse=higher_is_worse,
+                     margin_pct=margin_pct, design="independent")
+
+
+def judge_blocked(a: list[float], b: list[float], rounds_a: list[int], rounds_b: list[int],
+                  rule: DecisionRule, *, higher_is_worse: bool = True,
+                  margin_pct: float | None = None) -> Judgement:
+    """Look once at windows taken in rounds (interleaved): `rounds_a[i]` is the round of `a[i]`.
+    The interval comes from the blocked model (_blocked): within-round differences, not two
+    independent samples. Everything else as `judge`."""
+    return _conclude(_blocked(a, b, rounds_a, rounds_b), a, b, rule,
+                     higher_is_worse=higher_is_worse, margin_pct=margin_pct, design="blocked")
 
 
 def next_windows(n: int, rule: DecisionRule) -> int:

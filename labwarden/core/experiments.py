@@ -19,6 +19,16 @@ regressed, undecided at the cap, or a gate failed; failed: it could not be judge
 flash, verification or a measurement failed)."""
 
 
+class WindowEnv(BaseModel):
+    """What else ran on the DUT during one window (from the window's kernel split): the
+    environment the decision rule's `environment_shift_pp` compares between A and B."""
+
+    others_pct: float = Field(description="the DUT's user + nice + system + steal time of all "
+                              "cores minus the target's, % of one core (a CPU hog reads ~100; "
+                              "irq and softirq are left out: a patch moves them)")
+    steal_pct: float = Field(0.0, description="all cores' steal, % of one core")
+
+
 class Arm(BaseModel):
     """One side of an A/B at one density: its windows, in the order measured."""
 
@@ -28,6 +38,19 @@ class Arm(BaseModel):
                               "(calls/s); empty when not measured")
     profile_ids: list[str] = Field(default_factory=list)
     window_seconds: float = Field(0.0, description="sum of the windows' durations")
+    rounds: list[int] = Field(default_factory=list, description="the round of each window "
+                              "(interleaved: A and B of one round are next to each other in "
+                              "time); empty in records older than the field")
+    env: list[WindowEnv | None] = Field(default_factory=list, description="what else ran on the "
+                                        "DUT in each window (None: the DUT's kernel split was "
+                                        "not read)")
+    left_out: list[int] = Field(default_factory=list, description="windows (indices into "
+                                "values) the environment rule left out of the verdict")
+
+
+Design = Literal["interleaved", "blocks"]
+"""interleaved: A and B in alternating rounds, analysed blocked by round; blocks: A in one block
+at the cap, B adding windows after it, A measured again after B (A-B-A)."""
 
 
 class Screening(BaseModel):
@@ -43,10 +66,38 @@ class Screening(BaseModel):
     looks: list[Judgement] = Field(description="the rule at each look, in order")
     flashes: int = Field(0, description="flashes the interleaving cost")
     seconds: float = Field(0.0, description="wall time of the screening")
+    design: Design | None = Field(None, description="how A and B were scheduled (None: a record "
+                                  "older than the field)")
+    switch_s: float | None = Field(None, description="the measured seconds of one switch of "
+                                   "image (flash + fingerprint verify) the design was chosen on")
+    design_why: str | None = Field(None, description="why this design, in words")
+    a_again: Arm | None = Field(None, description="blocks: A measured again after B (A-B-A); a "
+                                "lab that moved between the A's makes the verdict unknown")
+    environment: list[str] = Field(default_factory=list, description="what the environment rule "
+                                   "saw and did (windows or rounds left out, or flagged), in words")
+    a_reused_from: str | None = Field(None, description="the record whose windows of A this "
+                                      "screening reused (an experiment id, or 'bisect' for a "
+                                      "step's)")
+    a_reuse: str | None = Field(None, description="what was reused of A, and the check window's "
+                                "verdict -- or why A was measured anew")
 
     @property
     def final(self) -> Judgement:
         return self.looks[-1]
+
+    def describe_design(self) -> str:
+        """How A and B were scheduled and what the drift defences did, in one line."""
+        if self.design is None:
+            return ""
+        parts = [f"{self.design} ({self.design_why})" if self.design_why else self.design]
+        if self.a_reuse:
+            parts.append(self.a_reuse)
+        if self.a_again is not None:
+            parts.append(f"A again after B: {len(self.a_again.values)} window(s)")
+        parts += self.environment[:3]
+        if len(self.environment) > 3:
+            parts.append(f"{len(self.environment) - 3} more environment note(s)")
+        return "; ".join(parts)
 
 
 GateStatus = Literal["passed", "failed", "not_applicable"]
@@ -216,6 +267,8 @@ class BisectStep(BaseModel):
     against: str = Field(description="'good' or 'bad': the end it was compared with")
     judgement: Judgement
     side: Literal["good", "bad", "unknown"]
+    a_reuse: str | None = Field(None, description="what this step reused of its A (good's "
+                                "windows from an earlier step), or why not")
 
 
 class Bisection(BaseModel):

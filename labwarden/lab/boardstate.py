@@ -27,6 +27,11 @@ class BoardState(BaseModel):
     flashed_at: datetime | None = None
     verified_build: str | None = Field(None, description="build id verified since the last flash")
     verified_at: datetime | None = None
+    flash_s: float | None = Field(None, description="seconds the last flash took (until its "
+                                  "fingerprint_verify turns it into switch_s)")
+    switch_s: float | None = Field(None, description="seconds of the last switch of image here "
+                                   "(flash + fingerprint verify), measured: whether the next A/B "
+                                   "interleaves (core/schedule.py)")
 
     @classmethod
     def load(cls, data_dir: Path) -> BoardState:

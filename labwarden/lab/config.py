@@ -475,10 +475,31 @@ class DecisionSection(DecisionRule):
                                         "iperf3 streams, 0 for a load of kind none)")
     sweep_reps: int = Field(3, ge=1, le=10, examples=[3], description="windows per density of "
                             "the full sweep")
-    interleave: bool = Field(False, examples=[True], description="alternate A and B (a flash per "
-                             "round) while adding windows: only where a flash is cheap. Off: A "
-                             "is measured once at max_windows and B adds windows against it "
-                             "(two flashes in all)")
+    interleave: bool | Literal["auto"] = Field(
+        "auto", examples=["auto"], description="alternate A and B in rounds (a flash per round), "
+        "analysed blocked by round so drift cancels; false: A once at max_windows, B adding "
+        "windows against it, A again after B (drift_check). auto: interleave when one switch of "
+        "image (flash + fingerprint verify, as last measured on this lab) costs no more than the "
+        "windows a round adds (step_windows x window_s + settle_s); not yet measured: false")
+    drift_check: bool = Field(True, examples=[True], description="without interleaving, measure "
+                              "A again (min_windows) after B decided (A-B-A): when the two A's "
+                              "differ (the rule's interval excludes 0 and the change is beyond "
+                              "the band) the verdict is 'unknown: the lab moved'")
+    environment_shift_pp: float = Field(
+        40.0, gt=0, examples=[40.0], description="what else ran on the DUT (its CPU outside the "
+        "target, % of one core) may differ by at most this between a round's A and B windows, "
+        "and between a window and its block's median; beyond it the round or window is left "
+        "out of the verdict (or flagged: environment_action), and the screening says so")
+    reuse_a_max_age_s: float = Field(
+        3600.0, ge=0, examples=[3600.0], description="without interleaving: A's windows from an "
+        "earlier screening of the same build on the same place, taken with these settings "
+        "(window_s, workload point, metric) no longer than this ago, stand in for A after a "
+        "check of min_windows windows agrees with them (else A is measured anew); bisect keeps "
+        "good's windows the same way. 0: A is always measured anew")
+    environment_action: Literal["drop", "flag", "off"] = Field(
+        "drop", examples=["drop"], description="drop: leave a moved round or window out of the "
+        "verdict (without interleaving, a moved B makes the verdict unknown); flag: keep it and "
+        "say so; off: no environment rule")
     offered_load_counter: str | None = Field(None, examples=["rpc_calls"], description="the "
                                              "uprobe counter ([target] uprobes) that measures the "
                                              "offered load (on the vlab, the monitor's RPC calls/s)")

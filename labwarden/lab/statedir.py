@@ -55,11 +55,13 @@ class StateDir:
         """The lab profile `up` writes for this lab."""
         return self.root / "lab.toml"
 
-    def record_first_flash(self, build_id: str) -> None:
+    def record_first_flash(self, build_id: str, seconds: float | None = None) -> None:
         """`up` programmed `build_id`: the board state says flashed, not yet verified (the
-        first `fingerprint_verify` proves it)."""
+        first `fingerprint_verify` proves it). `seconds`: what the programming took, when it
+        is what a flash here costs (the first verify adds its own: the lab's switch_s)."""
         state = BoardState.load(self.data_dir)
         state.record_flash(build_id)
+        state.flash_s = None if seconds is None else round(seconds, 2)
         state.save(self.data_dir)
 
 

@@ -41,3 +41,6 @@ class ExperimentOutput(BaseModel):
                                      "(verified): B when kept, else A -- the base")
     left_flashed_why: str | None = Field(None, description="why, and where each board it used "
                                          "was left (a fleet)")
+    design: str | None = Field(None, description="how A and B were scheduled (interleaved rounds "
+                               "or blocks with A again after B) and why, what of A was reused, "
+                               "and what the environment rule left out")

@@ -4,12 +4,18 @@ hold the workload point (through the load driver: clients, streams, or
 a DUT busy with its own input), measure windows; and the adaptive loop that adds windows until the decision
 rule decides or reaches its cap.
 
-With `[decision] interleave` (a cheap flash, as on the vlab) the rounds go A B, B A, A B...:
-each round starts on the build the last one ended on, so it costs one flash, and drift over
-time hits both arms alike. Without it (a flash that costs a reboot), A is measured once, at the
-rule's cap (max_windows), and B adds windows against it: no flash after the first two, and A's
-mean as settled as it can be -- an A of min_windows would leave Welch's interval a few degrees
-of freedom, and a no-op could never be called "same".
+Two designs (core/schedule.py decides which from the measured cost of a switch of image, or
+the profile's `[decision] interleave` says):
+- interleaved: rounds A B, B A, A B... -- each round starts on the build the last one ended on,
+  so it costs one flash -- analysed blocked by round (core/decision.judge_blocked): the effect
+  comes from A and B inside each round, so a background that moves between rounds cancels;
+- blocks (a flash that costs a reboot): A once, at the rule's cap (max_windows), and B adds
+  windows against it (Welch) -- an A of min_windows would leave the interval a few degrees of
+  freedom, and a no-op could never be called "same"; once B decided, A is measured again
+  (`drift_check`: A-B-A) and a lab that moved between the A's makes the verdict unknown.
+Each window carries what else ran on the DUT (its CPU outside the target); the pre-registered
+`environment_shift_pp` leaves out (or flags) a round whose A and B ran under different loads, or
+a window unlike its block -- always said in the screening, never silently.
 
 Every flash, verification, association and measurement is a nested call (`ctx.call`): guarded
 (each flash takes its slot of `flashes_per_hour`), logged under the calling tool's call; the
@@ -18,14 +24,22 @@ heal after a flash is the guard's (`ctx.heal`), logged as a guard decision.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 
-from labwarden.core.decision import DecisionRule, judge, next_windows
+from labwarden.core.decision import (
+    DecisionRule,
+    Judgement,
+    judge,
+    judge_blocked,
+    next_windows,
+)
 from labwarden.core.errors import LabError, ToolError
-from labwarden.core.experiments import Arm, Screening
-from labwarden.core.measurements import MAX_REPS, MeasurementRecord
+from labwarden.core.experiments import Arm, Screening, WindowEnv
+from labwarden.core.measurements import MAX_REPS, MeasurementRecord, Window
 from labwarden.core.records import RecordStore
+from labwarden.core.schedule import Interleave, interleaves
 from labwarden.lab import features
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.results.fingerprint import FingerprintOutput
@@ -46,6 +60,7 @@ async def switch_to(ctx: LabContext, build_id: str) -> bool:
     state = ctx.peek_state()
     flashed = False
     if not (state.fingerprint_ok() and state.verified_build == build_id):
+        t0 = time.monotonic()
         await ctx.call("flash", {"build_id": build_id})
         out = await ctx.call("fingerprint_verify", {"build_id": build_id}, FingerprintOutput)
         if not out.verified:
@@ -53,6 +68,9 @@ async def switch_to(ctx: LabContext, build_id: str) -> bool:
                             + "; ".join(f"{m.check} {m.path}" for m in out.mismatches[:3]),
                             "lab_status; flash a known image and fingerprint_verify it")
         flashed = True
+        mine = ctx.state  # what the next A/B's design is decided on (core/schedule.py)
+        mine.switch_s = round(time.monotonic() - t0, 2)
+        ctx.save_state(mine)
     changes = await ctx.heal()  # a guard decision when something drifted (a flash reboots)
     if changes:
         await ctx.report(0, None, "healed after the flash: " + ", ".join(changes))
@@ -104,14 +122,26 @@ def metric_values(rec: MeasurementRecord, metric: str) -> list[float]:
     return [w.counters[metric] for w in rec.windows]
 
 
+def window_env(w: Window) -> WindowEnv | None:
+    """What else ran on the DUT in window `w` (None: its kernel split was not read)."""
+    k = w.kernel
+    if k is None or not k.per_cpu:
+        return None
+    t, cores = k.total, len(k.per_cpu)
+    busy = (t.user_pct + t.nice_pct + t.system_pct + t.steal_pct) * cores
+    return WindowEnv(others_pct=round(max(busy - w.cpu_pct, 0.0), 2),
+                     steal_pct=round(t.steal_pct * cores, 2))
+
+
 class AB:
     """One adaptive A/B at the workload point `stations` (clients, streams; 0 on a load without an
     axis); `run()` returns its Screening."""
 
     def __init__(self, ctx: LabContext, a: str, b: str, *, stations: int, rule: DecisionRule,
                  window_s: float, metric: str = "cpu", higher_is_worse: bool = True,
-                 margin_pct: float | None = None, interleave: bool = True,
-                 with_parity: bool = False) -> None:
+                 margin_pct: float | None = None, interleave: Interleave = True,
+                 with_parity: bool = False, reuse_a: Arm | None = None,
+                 reuse_from: str | None = None) -> None:
         self.ctx = ctx
         self.rule = rule
         self.window_s = window_s
@@ -119,12 +149,20 @@ class AB:
         self.higher_is_worse = higher_is_worse
         self.margin_pct = margin_pct
         self.interleave = interleave
+        self.interleaved = interleave is True  # decided in run() when "auto"
         self.with_parity = with_parity
-        self.load_counter = ctx.profile.decision.offered_load_counter
+        dec = ctx.profile.decision
+        self.load_counter = dec.offered_load_counter
+        self.env_action: str = getattr(dec, "environment_action", "off")
+        self.shift_pp: float | None = None if self.env_action == "off" \
+            else getattr(dec, "environment_shift_pp", None)
+        self.drift_check: bool = getattr(dec, "drift_check", False)
         self.screening = Screening(stations=stations, window_s=window_s, metric=metric,
                                    a=Arm(build_id=a), b=Arm(build_id=b), looks=[])
         self.parity: dict[str, str | None] = {}
         self.load: load_drivers.LoadDriver | None = None  # bound at the first segment
+        self.fresh_boot = False  # switched before the first segment: it settles
+        self.reuse_a, self.reuse_from = reuse_a, reuse_from
 
     def _driver(self) -> load_drivers.LoadDriver:
         if self.load is None:
@@ -136,8 +174,9 @@ class AB:
         """k more windows of one arm (switching the DUT to it first when needed)."""
         ctx, n = self.ctx, self.screening.stations
         settle = 0.0
-        if await switch_to(ctx, arm.build_id):
-            self.screening.flashes += 1
+        if await switch_to(ctx, arm.build_id) or self.fresh_boot:
+            self.screening.flashes += 0 if self.fresh_boot else 1
+            self.fresh_boot = False
             settle = ctx.profile.decision.settle_s  # a new boot's first seconds are start-up
         load = self._driver()
         holds = features.missing(ctx.profile, "clients") is None  # else: its own workload
@@ -173,39 +212,213 @@ class AB:
                             f"the workload was lost in window(s) {bad} (does the build crash?)",
                             "read the daemon's log on the DUT; such a build cannot be judged")
         arm.values += metric_values(rec, self.metric)
+        arm.env += [window_env(w) for w in rec.windows]
         if self.load_counter is not None:
             arm.load += [w.counters[self.load_counter] for w in rec.windows
                          if self.load_counter in w.counters]
         arm.profile_ids.append(rec.id)
         arm.window_seconds += sum(w.duration_s for w in rec.windows)
 
+    async def _take(self, name: str, arm: Arm, k: int, round_no: int) -> None:
+        """k windows of `arm`, each tagged with its round (and an environment, None when the
+        measurement gave none)."""
+        before = len(arm.values)
+        await self._segment(name, arm, k)
+        new = len(arm.values) - before
+        arm.rounds += [round_no] * new
+        arm.env += [None] * (len(arm.values) - len(arm.env))
+
+    async def _measure_a_switch(self) -> None:
+        """`interleave = "auto"` on a lab whose switch of image was never measured, and whose
+        board runs neither A nor B: the switch to A (needed anyway) is made first and measured,
+        so the design rests on a measured cost, not on a guess."""
+        state = self.ctx.peek_state()
+        if self.interleave != "auto" or getattr(state, "switch_s", None) is not None:
+            return
+        if state.fingerprint_ok() and state.verified_build in (self.screening.a.build_id,
+                                                               self.screening.b.build_id):
+            return
+        if await switch_to(self.ctx, self.screening.a.build_id):
+            self.screening.flashes += 1
+            self.fresh_boot = True
+
+    def _choose_design(self) -> None:
+        s, dec = self.screening, self.ctx.profile.decision
+        s.switch_s = getattr(self.ctx.peek_state(), "switch_s", None)
+        if self.interleave == "auto":
+            settle = float(getattr(dec, "settle_s", 0.0))
+            self.interleaved = interleaves("auto", s.switch_s, window_s=self.window_s,
+                                           step_windows=self.rule.step_windows, settle_s=settle)
+            budget = self.rule.step_windows * self.window_s + settle
+            s.design_why = ("auto: no switch of image measured on this lab yet" if s.switch_s is None
+                            else f"auto: a switch of image took {s.switch_s:g} s "
+                            f"{'<=' if self.interleaved else '>'} the {budget:g} s a round adds")
+        else:
+            self.interleaved = bool(self.interleave)
+            s.design_why = f"[decision] interleave = {str(self.interleave).lower()}"
+        s.design = "interleaved" if self.interleaved else "blocks"
+
+    def _environment(self) -> tuple[set[tuple[str, int]], str | None]:
+        """The environment rule: (windows left out as (arm, index), why the verdict cannot
+        stand -- blocks whose A and B ran under different loads). Notes go to the screening."""
+        s, shift = self.screening, self.shift_pp
+        out: set[tuple[str, int]] = set()
+        notes: list[str] = []
+        if shift is None:
+            return out, None
+        arms = {"a": s.a, "b": s.b}
+        rounds = sorted({r for arm in arms.values() for r in arm.rounds})
+        spoilt: str | None = None
+        for r in rounds:
+            medians: dict[str, float] = {}
+            for name, arm in arms.items():
+                idx = [i for i, rr in enumerate(arm.rounds)
+                       if rr == r and i < len(arm.env) and arm.env[i] is not None]
+                if not idx:
+                    continue
+                others = {i: arm.env[i].others_pct for i in idx}  # type: ignore[union-attr]
+                med = statistics.median(others.values())
+                medians[name] = med
+                for i, o in others.items():
+                    if abs(o - med) > shift:
+                        out.add((name, i))
+                        notes.append(f"{name.upper()} window {i + 1}: others' CPU {o:.0f}% of a "
+                                     f"core against its block's {med:.0f}%")
+            if len(medians) == 2 and abs(medians["a"] - medians["b"]) > shift:
+                what = (f"A ran beside {medians['a']:.0f}% of a core of other work, B beside "
+                        f"{medians['b']:.0f}%")
+                if self.interleaved:
+                    out |= {(n, i) for n, arm in arms.items()
+                            for i, rr in enumerate(arm.rounds) if rr == r}
+                    notes.append(f"round {r + 1}: {what}")
+                else:
+                    spoilt = f"unknown: the environment moved between A and B ({what})"
+                    notes.append(spoilt)
+        verb = "left out" if self.env_action == "drop" else "flagged (kept)"
+        s.environment = [f"{verb}: {n}" for n in dict.fromkeys(notes)]
+        if self.env_action != "drop":
+            return set(), None
+        return out, spoilt
+
+    def _look(self) -> Judgement:
+        s = self.screening
+        left, spoilt = self._environment()
+        s.a.left_out = sorted(i for n, i in left if n == "a")
+        s.b.left_out = sorted(i for n, i in left if n == "b")
+
+        def kept(arm: Arm) -> tuple[list[float], list[int]]:
+            idx = [i for i in range(len(arm.values)) if i not in arm.left_out]
+            rounds = arm.rounds if len(arm.rounds) == len(arm.values) else [0] * len(arm.values)
+            return [arm.values[i] for i in idx], [rounds[i] for i in idx]
+
+        (a, ra), (b, rb) = kept(s.a), kept(s.b)
+        taken = min(len(s.a.values), len(s.b.values)) >= self.rule.max_windows
+        if len(a) < 2 or len(b) < 2:
+            look = judge(s.a.values, s.b.values, self.rule, higher_is_worse=self.higher_is_worse,
+                         margin_pct=self.margin_pct)
+            return look.model_copy(update={
+                "verdict": "unknown", "decided": taken, "note": "too few windows left after "
+                "the environment rule: " + "; ".join(s.environment[:3])})
+        if self.interleaved:
+            look = judge_blocked(a, b, ra, rb, self.rule, higher_is_worse=self.higher_is_worse,
+                                 margin_pct=self.margin_pct)
+        else:
+            look = judge(a, b, self.rule, higher_is_worse=self.higher_is_worse,
+                         margin_pct=self.margin_pct)
+        update: dict[str, object] = {"decided": look.decided or taken}  # the cap counts windows
+        # taken, not kept: a window left out is lab time spent
+        if spoilt is not None:
+            update.update(verdict="unknown", note=spoilt)
+        elif left:
+            update["note"] = f"{len(left)} window(s) left out by the environment rule"
+        return look.model_copy(update=update)
+
+    def _moved(self, before: list[float], now: list[float]) -> Judgement | None:
+        """The two measurements of one build disagree: the rule's interval excludes 0 and the
+        change is beyond the band (the lab moved between them). None when they agree."""
+        j = judge(before, now, self.rule, margin_pct=self.margin_pct)
+        return j if j.verdict in ("improved", "regressed") and abs(j.delta_pct) > j.margin_pct \
+            else None
+
+    async def _reuse(self) -> None:
+        """Blocks: A's windows of an earlier screening stand in for A's block when a check of
+        min_windows windows of A now agrees with them; otherwise the check's windows start A
+        anew. Said in the screening either way."""
+        s, old = self.screening, self.reuse_a
+        if old is None:
+            return
+        if self.interleaved:
+            s.a_reuse = ("not reused: interleaved, A is measured in every round beside B "
+                         f"(windows of {self.reuse_from} left alone)")
+            return
+        check = Arm(build_id=s.a.build_id)
+        await self._take("a", check, self.rule.min_windows, round_no=0)
+        moved = self._moved(old.values, check.values)
+        if moved is not None:
+            s.a.values, s.a.env, s.a.rounds = check.values, check.env, check.rounds
+            s.a.profile_ids, s.a.load = check.profile_ids, check.load
+            s.a.window_seconds = check.window_seconds
+            s.a_reuse = (f"not reused: the check of A now reads {moved.delta_pct:+.1f}% from "
+                         f"{self.reuse_from}'s ({moved.interval_text()}): A measured anew")
+            return
+        s.a = Arm(build_id=s.a.build_id, values=old.values + check.values,
+                  env=[*old.env, *[None] * (len(old.values) - len(old.env)), *check.env],
+                  rounds=[0] * (len(old.values) + len(check.values)),
+                  load=old.load + check.load, profile_ids=old.profile_ids + check.profile_ids,
+                  window_seconds=check.window_seconds)  # only the check's are this call's time
+        s.a_reused_from = self.reuse_from
+        s.a_reuse = (f"reused {len(old.values)} window(s) of A from {self.reuse_from}; a check "
+                     f"of {len(check.values)} agreed")
+
+    async def _again(self, look: Judgement) -> Judgement:
+        """A-B-A: A measured again after B decided; a lab that moved between the two A's beyond
+        the band (and beyond the rule's interval) makes the verdict unknown."""
+        s = self.screening
+        s.a_again = Arm(build_id=s.a.build_id)
+        await self._take("a", s.a_again, self.rule.min_windows, round_no=1)
+        first = [v for i, v in enumerate(s.a.values) if i not in s.a.left_out]
+        again = self._moved(first, s.a_again.values)
+        if again is None:
+            return look
+        return look.model_copy(update={
+            "verdict": "unknown", "decided": True,
+            "note": f"unknown: the lab moved -- A again after B reads {again.delta_pct:+.1f}% "
+                    f"from A before B ({again.interval_text()}, band +-{again.margin_pct:g}%)"})
+
     async def run(self, on_look: Callable[[str], Awaitable[None]] | None = None) -> Screening:
         t0 = time.monotonic()
         s = self.screening
+        await self._measure_a_switch()
+        self._choose_design()
+        await self._reuse()
         arms = {"a": s.a, "b": s.b}
         state = self.ctx.peek_state()
-        on_b = self.interleave and state.fingerprint_ok() and state.verified_build == s.b.build_id
+        on_b = self.interleaved and state.fingerprint_ok() and state.verified_build == s.b.build_id
         order = ["b", "a"] if on_b else ["a", "b"]  # start on the image that runs: one flash less
         target = self.rule.min_windows
+        round_no = 0
         try:
             while True:
                 for name in order:
                     arm = arms[name]
-                    if self.interleave or name == "b":
+                    if self.interleaved or name == "b":
                         want = target
                     else:  # A once, at the cap; B adds windows against it
                         want = max(self.rule.max_windows, len(arm.values))
                     if want > len(arm.values):
-                        await self._segment(name, arm, want - len(arm.values))
-                look = judge(s.a.values, s.b.values, self.rule, higher_is_worse=self.higher_is_worse,
-                             margin_pct=self.margin_pct)
+                        await self._take(name, arm, want - len(arm.values), round_no)
+                look = self._look()
+                if look.decided and not self.interleaved and self.drift_check \
+                        and look.verdict != "unknown":
+                    look = await self._again(look)
                 s.looks.append(look)
                 if on_look is not None:
                     await on_look(look.describe())
                 if look.decided:
                     return s
                 target = next_windows(target, self.rule)
-                if self.interleave:
+                if self.interleaved:
+                    round_no += 1
                     order.reverse()  # start where the last round ended: one flash per round
         finally:
             s.seconds = round(time.monotonic() - t0, 2)

@@ -32,7 +32,7 @@ from pydantic import Field
 
 from labwarden.core.decision import Judgement
 from labwarden.core.errors import LabError, ToolError
-from labwarden.core.experiments import Bisection, BisectStep
+from labwarden.core.experiments import Arm, Bisection, BisectStep
 from labwarden.core.records import RecordStore
 from labwarden.core.spec import ToolInput, ToolSpec, describe
 from labwarden.lab.drivers import load as load_drivers
@@ -156,10 +156,19 @@ async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
                     reason="not finished", started_at=datetime.now(UTC))
     subjects = dict(commits)
 
-    async def ab(on: LabContext, a: str, b: str, margin: float | None) -> Judgement:
+    seen: dict[tuple[int, str], Arm] = {}  # (place, build) -> its windows so far: good's kept
+
+    async def ab(on: LabContext, a: str, b: str, margin: float | None) -> tuple[Judgement, str | None]:
+        prev = seen.get((id(on), a)) if dec.reuse_a_max_age_s else None
         scr = await abtest.AB(on, a, b, stations=stations, rule=dec, window_s=dec.window_s,
-                              metric=inp.metric, margin_pct=margin, interleave=dec.interleave).run()
-        return scr.final
+                              metric=inp.metric, margin_pct=margin, interleave=dec.interleave,
+                              reuse_a=prev, reuse_from="an earlier step" if prev else None).run()
+        for arm in (scr.a, scr.b):
+            kept = [v for i, v in enumerate(arm.values) if i not in arm.left_out]
+            if len(kept) >= dec.min_windows:
+                seen[(id(on), arm.build_id)] = Arm(build_id=arm.build_id, values=kept,
+                                                   profile_ids=arm.profile_ids)
+        return scr.final, scr.a_reuse
 
     ends: dict[int, tuple[str, str]] = {}
     spent: str | None = None
@@ -182,9 +191,9 @@ async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
         build = await _build(on, commit)
         steps: list[BisectStep] = []
         for against, pair in (("good", (good, build)), ("bad", (build, bad))):
-            j = await ab(on, *pair, margin)
+            j, reuse = await ab(on, *pair, margin)
             steps.append(BisectStep(commit=commit, subject=subjects[commit], against=against,
-                                    judgement=j, side=_side(j, against)))
+                                    judgement=j, side=_side(j, against), a_reuse=reuse))
             if steps[-1].side != "unknown":
                 break  # undecided against good: ask which end it is like
         return steps
@@ -194,7 +203,7 @@ async def run(ctx: LabContext, inp: BisectInput) -> BisectOutput:
         good_build, bad_build = await _build(ctx, good_commit), await _build(ctx, commits[-1][0])
         ends[id(ctx)] = (good_build, bad_build)
         await ctx.report(0, None, f"{len(commits)} commits; is {inp.bad} worse than {inp.good}?")
-        rec.ends = await ab(ctx, good_build, bad_build, None)
+        rec.ends, _ = await ab(ctx, good_build, bad_build, None)
         if rec.ends.verdict != "regressed":
             rec.outcome = "no_regression" if rec.ends.verdict in ("same", "improved") else "undecided"
             rec.reason = f"{inp.bad} against {inp.good}: {rec.ends.describe()}"

@@ -29,6 +29,7 @@ from pydantic import Field
 from labwarden.core.errors import LabError, ToolError
 from labwarden.core.events import ModelCall, ToolCalled
 from labwarden.core.experiments import (
+    Arm,
     Cost,
     Decision,
     DensityDelta,
@@ -207,6 +208,8 @@ def _decide(exp: Experiment, where: str) -> tuple[Decision, str]:
         return "refuted", f"no effect: the rule decided 'same' at {where} -- {look.describe()}"
     if look.verdict == "regressed":
         return "dropped", f"regressed at {where} -- {look.describe()}"
+    if look.verdict == "unknown" and look.note and look.note.startswith("unknown:"):
+        return "dropped", f"undecided, {look.note[len('unknown: '):]} -- {look.describe()}"
     if look.verdict == "unknown":
         return "dropped", (f"undecided after {look.n_b} windows (the cap) -- {look.describe()}")
     if load is not None and load.failed:
@@ -223,13 +226,47 @@ def _decide(exp: Experiment, where: str) -> tuple[Decision, str]:
                     + "no gate failed" + (f" (not applicable here: {', '.join(na)})" if na else ""))
 
 
+REUSE_SCAN = 40
+"""Experiments looked back through for a reusable A (newest first): a night's recent ones."""
+
+
+def _reusable_a(ctx: LabContext, store: RecordStore, build: str, stations: int) -> tuple[Arm, str] | None:
+    """Windows of `build` from a recent screening on this place, taken with the rule's settings
+    (window_s, workload point, metric cpu) no longer than `[decision] reuse_a_max_age_s` ago:
+    they may stand in for A's block (abtest.AB checks them against a short window first)."""
+    dec = ctx.profile.decision
+    if not dec.reuse_a_max_age_s:
+        return None
+    now = datetime.now(UTC)
+    for eid in reversed(store.ids("exp")[-REUSE_SCAN:]):
+        try:
+            old = store.load("exp", eid, Experiment)
+        except RecordNotFound:
+            continue
+        scr, ended = old.screening, old.ended_at or old.started_at
+        if scr is None or old.place != ctx.place_name or scr.metric != "cpu" \
+                or scr.window_s != dec.window_s or scr.stations != stations \
+                or (now - ended).total_seconds() > dec.reuse_a_max_age_s:
+            continue
+        for arm in (scr.a, scr.b):
+            kept = [v for i, v in enumerate(arm.values) if i not in arm.left_out]
+            if arm.build_id == build and len(kept) >= dec.min_windows:
+                return Arm(build_id=build, values=kept, load=arm.load,
+                           env=[e for i, e in enumerate(arm.env) if i not in arm.left_out],
+                           profile_ids=arm.profile_ids), eid
+    return None
+
+
 async def _screen(ctx: LabContext, exp: Experiment) -> None:
     """The adaptive A/B at the densest point, with both parity gates; the screening (and the
     parity outputs) land on `exp` even when it stops early."""
     assert exp.build_a and exp.build_b
     dec = ctx.profile.decision
-    ab = abtest.AB(ctx, exp.build_a, exp.build_b, stations=load_drivers.points(ctx.profile)[-1], rule=dec,
-                   window_s=dec.window_s, interleave=dec.interleave, with_parity=True)
+    point = load_drivers.points(ctx.profile)[-1]
+    found = _reusable_a(ctx, RecordStore(ctx.data_dir), exp.build_a, point)
+    ab = abtest.AB(ctx, exp.build_a, exp.build_b, stations=point, rule=dec,
+                   window_s=dec.window_s, interleave=dec.interleave, with_parity=True,
+                   reuse_a=found[0] if found else None, reuse_from=found[1] if found else None)
 
     async def look(text: str) -> None:
         await ctx.report(2, 5, "look: " + text)
@@ -525,7 +562,8 @@ def summarize(exp: Experiment) -> ExperimentOutput:
         build_a=exp.build_a,
         build_b=exp.build_b, sweep_a=exp.sweep_a, sweep_b=exp.sweep_b, cost_usd=exp.cost.usd,
         lab_seconds=exp.cost.lab_seconds, left_flashed=exp.left_flashed,
-        left_flashed_why="; ".join(exp.left_why) or None)
+        left_flashed_why="; ".join(exp.left_why) or None,
+        design=exp.screening.describe_design() or None if exp.screening else None)
 
 
 SPEC = ToolSpec(name="experiment", description=describe(__doc__), input=ExperimentInput,

@@ -13,6 +13,7 @@ patched but not bumped (the revision is reported, marked as not used).
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime
 
 from pydantic import Field
@@ -44,6 +45,7 @@ def _revoke(ctx: LabContext) -> None:
 
 async def run(ctx: LabContext, inp: FingerprintInput) -> FingerprintOutput:
     manifest = load_manifest(ctx.profile, inp.build_id)
+    t0 = time.monotonic()
     try:
         out = await _check(ctx, manifest)
     except BaseException:  # unreadable (DUT gone, a file missing) or cancelled: not verified
@@ -54,6 +56,9 @@ async def run(ctx: LabContext, inp: FingerprintInput) -> FingerprintOutput:
         state.flashed_build = manifest.build_id  # what runs is now proven, whoever flashed it
         state.verified_build = manifest.build_id
         state.verified_at = datetime.now(UTC)
+        if state.flash_s is not None:  # right after a flash: one switch of image, measured
+            state.switch_s = round(state.flash_s + time.monotonic() - t0, 2)
+            state.flash_s = None
         ctx.save_state(state)
     else:
         _revoke(ctx)

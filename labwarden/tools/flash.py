@@ -63,6 +63,7 @@ async def run(ctx: LabContext, inp: FlashInput) -> FlashOutput:
         state.board_health = "good" if was_good else "unknown"
         state.health_reason = None if was_good else f"flashed {manifest.build_id}: verify it"
     state.record_flash(manifest.build_id)
+    state.flash_s = round(time.monotonic() - t0, 2)  # fingerprint_verify adds its own: switch_s
     ctx.save_state(state)
     await ctx.report(4, 4, "flashed")
     return FlashOutput(flashed=True, build_id=manifest.build_id, overlay_wiped=overlay_wiped,

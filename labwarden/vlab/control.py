@@ -158,7 +158,9 @@ def up(root: str | os.PathLike[str], port: int = 0, patches: list[str] | None = 
         firmware.init_repo(layout)
         manifest, _cached = firmware.build(layout, patches)
         progress(f"flashing build {manifest.build_id}")
+        t_flash = time.monotonic()
         flash_local(layout, manifest)
+        flash_s = time.monotonic() - t_flash  # the same install the flash tool does
         layout.loadgen.mkdir(exist_ok=True)
         for name in firmware.LOADGEN:
             shutil.copy2(Path(manifest.image).parent / name, layout.loadgen / name)
@@ -172,7 +174,7 @@ def up(root: str | os.PathLike[str], port: int = 0, patches: list[str] | None = 
             notes.append(f"DUT pinned to CPU {cpu} by {pin.how}")
         info = _start_dutd(layout, port, pin)
         profile_writer.write(layout, info_port=info, manifest=manifest)
-        layout.record_first_flash(manifest.build_id)
+        layout.record_first_flash(manifest.build_id, flash_s)
     return VlabInfo(root=str(layout.root), ssh=f"127.0.0.1:{info}", lab_toml=str(layout.lab_toml),
                     client_key=str(layout.client_key), git_hash=manifest.git_hash,
                     build_id=manifest.build_id, pids=_service_pids(layout), notes=notes)
