@@ -28,9 +28,10 @@ class Scripted(AB):
                  interleave: bool | str = True, switch_s: float | None = None,
                  others: dict[str, itertools.cycle[float]] | None = None,
                  shift_pp: float | None = None, drift_check: bool = False,
-                 reuse_a: Arm | None = None) -> None:
-        board = SimpleNamespace(fingerprint_ok=lambda: on is not None, verified_build=on,
-                                switch_s=switch_s)
+                 reuse_a: Arm | None = None, measured: float | None = None) -> None:
+        board = SimpleNamespace(fingerprint_ok=lambda: board.verified_build is not None,
+                                verified_build=on, switch_s=switch_s)
+        self.board, self.measured = board, measured
         ctx = SimpleNamespace(profile=SimpleNamespace(decision=SimpleNamespace(
             offered_load_counter=None, settle_s=0.0, environment_shift_pp=shift_pp,
             environment_action="drop" if shift_pp else "off", drift_check=drift_check)),
@@ -41,6 +42,14 @@ class Scripted(AB):
         self.values = values
         self.others = others
         self.segments: list[tuple[str, int]] = []
+
+    async def _measure_a_switch(self) -> None:
+        """The lab's switch as the real one makes it (to B when the board runs A), its cost
+        `measured` instead of timed."""
+        if self.interleave == "auto" and self.board.switch_s is None:
+            to = "b" if self.board.verified_build == "img-a" else "a"
+            self.segments.append(("switch", to))  # type: ignore[arg-type]
+            self.board.verified_build, self.board.switch_s = f"img-{to}", self.measured
 
     async def _segment(self, name: str, arm: Arm, k: int) -> None:
         self.segments.append((name, k))
@@ -98,18 +107,31 @@ async def test_without_interleaving_a_is_measured_once_at_the_cap() -> None:
     assert (await quiet.run()).final.verdict == "same" and quiet.segments == [("a", 11), ("b", 3)]
 
 
-@pytest.mark.parametrize(("switch_s", "design"), [(1.2, "interleaved"), (40.0, "blocks"),
-                                                  (None, "blocks")])
-async def test_auto_interleaves_from_the_measured_cost_of_a_switch(switch_s: float | None,
+@pytest.mark.parametrize(("switch_s", "design"), [(1.2, "interleaved"), (40.0, "blocks")])
+async def test_auto_interleaves_from_the_measured_cost_of_a_switch(switch_s: float,
                                                                    design: str) -> None:
     """`interleave = "auto"`: a switch of image (flash + verify) measured at 1.2 s is cheap
-    against a round's 2 x 4 s windows, 40 s (a reboot) is not; nothing measured yet: blocks."""
-    # the board runs A (verified): with no switch measured, none is made to measure one
+    against a round's 2 x 4 s windows, 40 s (a reboot) is not."""
     ab = Scripted({"a": itertools.cycle([30.0, 30.3, 29.8]), "b": itertools.cycle([30.1, 29.9])},
                   interleave="auto", switch_s=switch_s, on="img-a")
     s = await ab.run()
     assert s.design == design and s.switch_s == switch_s and s.design_why
     assert ab.segments[0] == ("a", 3 if design == "interleaved" else RULE.max_windows)
+
+
+@pytest.mark.parametrize(("measured", "design", "first"), [
+    (1.5, "interleaved", [("switch", "b"), ("b", 3), ("a", 3)]),    # B's round first: no flash more
+    (40.0, "blocks", [("switch", "b"), ("a", RULE.max_windows), ("b", 3)]),
+])
+async def test_a_switch_never_measured_is_made_and_measured_first(
+        measured: float, design: str, first: list[tuple[str, object]]) -> None:
+    """A lab whose switch of image was never timed (the board runs A, verified by hand): the
+    A/B switches to B first and the design rests on what that switch took -- never on a guess."""
+    ab = Scripted({"a": itertools.cycle([30.0, 30.3, 29.8]), "b": itertools.cycle([30.1, 29.9])},
+                  interleave="auto", on="img-a", measured=measured)
+    s = await ab.run()
+    assert s.design == design and s.switch_s == measured
+    assert ab.segments[:3] == first
 
 
 async def test_interleaved_rounds_are_analysed_blocked_so_drift_between_rounds_cancels() -> None:
@@ -119,14 +141,14 @@ async def test_interleaved_rounds_are_analysed_blocked_so_drift_between_rounds_c
     # round levels 30, 34, 27, 33, ...: each round's A and B windows at that level, +-0.3
     levels = [30.0, 34.0, 27.0, 33.0, 28.0]
     ab = Scripted({"a": itertools.cycle([30.0, 30.3, 29.8]), "b": itertools.cycle([30.1])})
-    rounds = iter(levels)
+    rounds, level = iter(levels), [0.0]
 
     async def segment(name: str, arm: Arm, k: int) -> None:
         ab.segments.append((name, k))
-        level = ab.level if len(ab.segments) % 2 == 0 else next(rounds)
-        ab.level = level
+        if len(ab.segments) % 2:  # a round's first segment: the lab's level moves
+            level[0] = next(rounds)
         sign = 1 if name == "a" else -1  # A and B scatter differently inside a round
-        arm.values += [level + sign * (0.5 if i % 2 else -0.5) for i in range(k)]
+        arm.values += [level[0] + sign * (0.5 if i % 2 else -0.5) for i in range(k)]
 
     ab._segment = segment  # type: ignore[method-assign]
     s = await ab.run()

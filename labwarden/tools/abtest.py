@@ -174,8 +174,9 @@ class AB:
         """k more windows of one arm (switching the DUT to it first when needed)."""
         ctx, n = self.ctx, self.screening.stations
         settle = 0.0
-        if await switch_to(ctx, arm.build_id) or self.fresh_boot:
-            self.screening.flashes += 0 if self.fresh_boot else 1
+        flashed = await switch_to(ctx, arm.build_id)
+        if flashed or self.fresh_boot:  # fresh: switched (and measured) before the first segment
+            self.screening.flashes += int(flashed)
             self.fresh_boot = False
             settle = ctx.profile.decision.settle_s  # a new boot's first seconds are start-up
         load = self._driver()
@@ -229,16 +230,16 @@ class AB:
         arm.env += [None] * (len(arm.values) - len(arm.env))
 
     async def _measure_a_switch(self) -> None:
-        """`interleave = "auto"` on a lab whose switch of image was never measured, and whose
-        board runs neither A nor B: the switch to A (needed anyway) is made first and measured,
-        so the design rests on a measured cost, not on a guess."""
+        """`interleave = "auto"` on a lab whose switch of image was never measured: one switch
+        is made first and measured, so the design rests on a measured cost, not on a guess --
+        to B when the board runs A (interleaved, B's round comes first: no flash more), else to
+        A. Once per lab: every switch after it keeps `switch_s` current."""
         state = self.ctx.peek_state()
         if self.interleave != "auto" or getattr(state, "switch_s", None) is not None:
             return
-        if state.fingerprint_ok() and state.verified_build in (self.screening.a.build_id,
-                                                               self.screening.b.build_id):
-            return
-        if await switch_to(self.ctx, self.screening.a.build_id):
+        a, b = self.screening.a.build_id, self.screening.b.build_id
+        runs_a = state.fingerprint_ok() and state.verified_build == a
+        if await switch_to(self.ctx, b if runs_a else a):
             self.screening.flashes += 1
             self.fresh_boot = True
 
