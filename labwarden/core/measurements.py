@@ -9,11 +9,15 @@ name the `measure` tool had when they were first stored: records and transcripts
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from labwarden.core.conditions import WindowConditions
 from labwarden.core.kernelsplit import KernelSplit
+
+CpuClock = Literal["schedstat_ns", "ticks"]
+"""Which clock a window's CPU figure was computed from (lab/dut/sampler.py reads both)."""
 
 MAX_REPS = 10
 """Windows one measure call takes at most (its input's bound; an A/B's longer segment is
@@ -26,6 +30,15 @@ class Window(BaseModel):
     duration_s: float
     cpu_pct: float = Field(description="target CPU, % of one core, over the window")
     cpu_series: list[float] = Field(description="1 Hz CPU% samples")
+    cpu_clock: CpuClock = Field(
+        "ticks", description="what cpu_pct and cpu_series were computed from: schedstat_ns, the "
+        "target's threads' run time in ns (/proc/PID/task/*/schedstat); ticks, utime+stime in "
+        "CLK_TCK ticks (the only clock of records older than the field; the record's notes say "
+        "why where the DUT's ns could not be used)")
+    resolution_pct: float | None = Field(None, description="the smallest step of cpu_pct, % of "
+                                         "one core: one tick over the sampled span (ticks), or "
+                                         "what the span's 10 ms timestamps move the figure by "
+                                         "(schedstat_ns); None: a record older than the field")
     rss_kb: int
     io_read_bytes: int = 0
     io_write_bytes: int = 0

@@ -410,6 +410,11 @@ class TargetSection(_Strict):
     pidfiles: dict[str, str] = Field(default_factory=dict, description="process name -> DUT pid "
                                      "file; without one, the process is found by name",
                                      examples=[{"stad": "/var/run/stad.pid"}])
+    cpu_clock: Literal["auto", "ticks"] = Field(
+        "auto", examples=["ticks"], description="the clock of the target's CPU figures. auto: "
+        "nanosecond run time from /proc/PID/task/*/schedstat where the DUT has it, else ticks; "
+        "ticks: utime+stime only (in CLK_TCK ticks, as before the finer clock: a bench that "
+        "compares against figures of that rule)")
 
     def pidfile(self, name: str) -> str | None:
         return self.pidfiles.get(name)

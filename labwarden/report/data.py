@@ -45,6 +45,19 @@ class WindowRow(BaseModel):
     boost: str
     clk_tck: int
     host: str
+    cpu_clock: str = "ticks"
+    resolution_pct: float | None = None
+
+    @property
+    def cpu_step(self) -> str:
+        """The clock of cpu_pct and what one step of it is worth, beside CLK_TCK."""
+        if self.resolution_pct is None:  # a record older than the finer clock
+            return "ticks"
+        share = (f" = {100 * self.resolution_pct / self.cpu_pct:.2g}% of it"
+                 if self.cpu_pct > 0 else "")
+        if self.cpu_clock == "schedstat_ns":
+            return f"schedstat ns, step {self.resolution_pct:.2g}{share}"
+        return f"ticks, one tick {self.resolution_pct:.2g}{share}"
 
 
 class Rejected(BaseModel):
@@ -190,6 +203,27 @@ class ReportData(BaseModel):
         """A sweep by its stage's label (else its recorded label, else its id)."""
         return next((s.label for s in self.stages if s.sweep.id == sweep_id),
                     self.sweep_labels.get(sweep_id, sweep_id))
+
+    @property
+    def cpu_clocks(self) -> str:
+        """One line on the windows' CPU clocks: how many came from each, and the coarsest step
+        (% of one core, and as a share of that window's figure)."""
+        parts = []
+        for clock, label in (("schedstat_ns", "schedstat ns"), ("ticks", "ticks")):
+            rows = [w for w in self.windows if w.cpu_clock == clock]
+            steps = [w for w in rows if w.resolution_pct is not None]
+            if not rows:
+                continue
+            part = f"{len(rows)} from {label}"
+            if steps:
+                worst = max(steps, key=lambda w: w.resolution_pct or 0.0)
+                share = max((100 * (w.resolution_pct or 0.0) / w.cpu_pct for w in steps
+                             if w.cpu_pct > 0), default=None)
+                part += (f" (step at most {worst.resolution_pct:.2g}% of a core"
+                         + (f", {share:.2g}% of a window's figure" if share is not None else "")
+                         + ")")
+            parts.append(part)
+        return f"CPU figures of {len(self.windows)} windows: " + "; ".join(parts) if parts else ""
 
     def point(self, n: int) -> str:
         """A workload point in the lab's own words: "114 clients", "4 streams", "own workload"."""
@@ -394,7 +428,8 @@ def collect(store: TranscriptStore, session_id: str, data_dir: Path, title: str,
                          governors=(f"n/a: {w.conditions.not_applicable['governor']}"
                                     if "governor" in w.conditions.not_applicable
                                     else ",".join(sorted(set(w.conditions.governors)))),
-                         boost=w.conditions.boost, clk_tck=w.conditions.clk_tck, host=w.conditions.host)
+                         boost=w.conditions.boost, clk_tck=w.conditions.clk_tck, host=w.conditions.host,
+                         cpu_clock=w.cpu_clock, resolution_pct=w.resolution_pct)
                for s in stages for p in s.measurements for w in p.windows]
     anchors = {sid: _anchor(store, sid) for sid in sessions}
     labs = list(dict.fromkeys(str(i["lab_name"]) for i in infos if i.get("lab_name")))

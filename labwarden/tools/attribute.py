@@ -15,6 +15,7 @@ import contextlib
 import logging
 import math
 import time
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -103,14 +104,20 @@ async def _check_suspect(ctx: LabContext, name: str) -> ProcInstance:
     return inst
 
 
-async def _cpu(jobs: DutJobs, name: str, pid: int, seconds: float, clk_tck: int) -> float:
+async def _cpu(jobs: DutJobs, name: str, pid: int, seconds: float, clk_tck: int,
+               want: Literal["auto", "ticks"], notes: list[str]) -> float:
+    """The target's CPU over `seconds`, from the clock measure uses (sampler.cpu); a fallback
+    to ticks is said in `notes`, once."""
     n = max(2, math.ceil(seconds - 1e-9) + 1)
     res = await jobs.exec(name, sampler.argv(pid, n), timeout=n + 15, cap=1 << 20)
     got = sampler.parse(res.stdout)
     if got.gone or len(got.samples) < 2 or got.restarted():
         raise ToolError("device", f"the target (pid {pid}) exited or restarted while measured",
                         "lab_status; then retry")
-    return round(got.cpu_mean(clk_tck), 2)
+    cpu = got.cpu(clk_tck, want)
+    if cpu.fallback and (note := f"CPU from ticks, not schedstat ns: {cpu.fallback}") not in notes:
+        notes.append(note)
+    return round(cpu.mean or 0.0, 2)
 
 
 async def _wait_state(dev: Device, inst: ProcInstance, stopped: bool, timeout: float,
@@ -196,15 +203,16 @@ async def _attribute(ctx: LabContext, inp: AttributeInput, jobs: DutJobs, inst: 
                      target: ProcInstance, helper: str, clk_tck: int,
                      baseline_s: float) -> AttributeOutput:
     dev, prof = ctx.device, ctx.profile
+    notes: list[str] = []
+    want = prof.target.cpu_clock
     await ctx.report(1, 5, f"measuring {prof.target.process} for {baseline_s:g} s before")
-    before = await _cpu(jobs, "before", target.pid, baseline_s, clk_tck)
+    before = await _cpu(jobs, "before", target.pid, baseline_s, clk_tck, want, notes)
 
     await ctx.report(2, 5, f"pausing {inp.suspect} (pid {inst.pid}) for {inp.window_s:g} s")
     deadline_ms = int((inp.window_s + MARGIN_S) * 1000)
     argv = [helper, str(inst.pid), str(inst.starttime), str(deadline_ms)]
     pause: asyncio.Future[RunResult] = asyncio.ensure_future(
         jobs.exec("pause", argv, timeout=inp.window_s + MARGIN_S + 30))
-    notes: list[str] = []
     released = False
     try:
         if not await _wait_state(dev, inst, stopped=True, timeout=5.0, until=pause):
@@ -213,7 +221,7 @@ async def _attribute(ctx: LabContext, inp: AttributeInput, jobs: DutJobs, inst: 
             raise ToolError("refused" if res is not None and res.exit_status == 2 else "device",
                             f"lw-pause did not pause {inp.suspect} (pid {inst.pid}): {why}",
                             "check that the suspect is the same instance and ptrace is allowed")
-        during = await _cpu(jobs, "during", target.pid, inp.window_s, clk_tck)
+        during = await _cpu(jobs, "during", target.pid, inp.window_s, clk_tck, want, notes)
         held = not pause.done() and await _wait_state(dev, inst, stopped=True, timeout=0.5)
         if not held:
             notes.append("the pause ended before the window did: during_pct is not clean")
@@ -242,7 +250,7 @@ async def _attribute(ctx: LabContext, inp: AttributeInput, jobs: DutJobs, inst: 
         notes.append(f"{inp.suspect} is no longer pid {inst.pid} (it exited or restarted)")
 
     await ctx.report(4, 5, f"measuring {prof.target.process} for {baseline_s:g} s after")
-    after = await _cpu(jobs, "after", target.pid, baseline_s, clk_tck)
+    after = await _cpu(jobs, "after", target.pid, baseline_s, clk_tck, want, notes)
     drop = round(100.0 * (before - during) / before, 1) if before > 0 else 0.0
     await ctx.report(5, 5, f"{prof.target.process} CPU {before:g}% -> {during:g}% while "
                      f"{inp.suspect} paused ({drop:g}% drop), {after:g}% after")

@@ -1,8 +1,9 @@
 """measure: measure the target at a workload point (N clients or streams; 0 on a DUT without a
-load) -- per rep, a perf record, a 1 Hz sampler (CPU from utime+stime over the DUT's CLK_TCK,
-RSS, IO) and the lab profile's uprobe counters (calls/s of each probed function), all running on
-the DUT at once; every window stores its conditions and the DUT's
-kernel CPU split per core. `system_wide` perf-records every CPU with kernel stacks.
+load) -- per rep, a perf record, a 1 Hz sampler (CPU from the target's threads' run time in ns,
+else utime+stime ticks; RSS, IO) and the lab profile's uprobe counters (calls/s of each probed
+function), all running on the DUT at once; every window stores its conditions, the clock of its
+CPU figure and the DUT's kernel CPU split per core. `system_wide` perf-records every CPU with
+kernel stacks.
 
 The split: user/system/irq/softirq per core from /proc/stat and softirq counts (NET_RX, ...) from
 /proc/softirqs, at the window's start and end. System-wide, the flame graph holds the kernel
@@ -264,7 +265,10 @@ async def _window(ctx: LabContext, inp: MeasureInput, pid: int, rep: int, events
     remote = f"{jobs.dir}/lw-{art.name}-rep{rep}.perf.data"
     timeout = inp.window_s + 60
     k_start = await _kstat(ctx, notes)
-    running = [jobs.exec(f"sampler{rep}", sampler.argv(pid, int(inp.window_s) + 1), timeout=timeout)]
+    # 1 MiB: a line of stat and one of each thread's run time per second (a 300 s window of a
+    # 20-thread target prints ~200 kB)
+    running = [jobs.exec(f"sampler{rep}", sampler.argv(pid, int(inp.window_s) + 1), timeout=timeout,
+                         cap=1 << 20)]
     if perf:
         running.append(jobs.exec(f"record{rep}", perf_record_argv(
             prof.target.perf, inp.system_wide, pid, remote, secs), timeout=timeout))
@@ -295,9 +299,14 @@ async def _window(ctx: LabContext, inp: MeasureInput, pid: int, rep: int, events
             await ctx.shielded(dev.run(["rm", "-f", remote]))
     end_count = await datamodel.total(dev, prof)
     clk = cond.clk_tck or 100
+    cpu = sampled.cpu(clk, prof.target.cpu_clock)
+    if cpu.fallback and not sampled.restarted() \
+            and (note := f"CPU from ticks, not schedstat ns: {cpu.fallback}") not in notes:
+        notes.append(note)  # a restart is said by the window's `restarted` and a warning
     return Window(rep=rep, started_at=started, duration_s=round(duration, 3),
-                  cpu_pct=round(sampled.cpu_mean(clk), 3) if not sampled.restarted() else 0.0,
-                  cpu_series=[round(x, 2) for x in sampled.cpu_series(clk)],
+                  cpu_pct=round(cpu.mean, 3) if cpu.mean is not None else 0.0,
+                  cpu_series=[round(x, 2) for x in cpu.series],
+                  cpu_clock=cpu.clock, resolution_pct=cpu.resolution_pct,
                   rss_kb=sampled.rss_kb(),
                   io_read_bytes=sampled.samples[-1].read_bytes - sampled.samples[0].read_bytes,
                   io_write_bytes=sampled.samples[-1].write_bytes - sampled.samples[0].write_bytes,
