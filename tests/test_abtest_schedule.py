@@ -28,19 +28,21 @@ class Scripted(AB):
                  interleave: bool | str = True, switch_s: float | None = None,
                  others: dict[str, itertools.cycle[float]] | None = None,
                  shift_pp: float | None = None, drift_check: bool = False,
-                 reuse_a: Arm | None = None, measured: float | None = None) -> None:
+                 reuse_a: Arm | None = None, measured: float | None = None,
+                 waits: dict[str, itertools.cycle[float]] | None = None) -> None:
         board = SimpleNamespace(fingerprint_ok=lambda: board.verified_build is not None,
                                 verified_build=on, switch_s=switch_s)
         self.board, self.measured = board, measured
         ctx = SimpleNamespace(profile=SimpleNamespace(decision=SimpleNamespace(
             offered_load_counter=None, settle_s=0.0, environment_shift_pp=shift_pp,
-            environment_action="drop" if shift_pp else "off", drift_check=drift_check)),
+            environment_action="drop" if shift_pp else "off", drift_check=drift_check,
+            environment_wait_pp=10.0)),
             peek_state=lambda: board)
         super().__init__(ctx, "img-a", "img-b", stations=114, rule=RULE, window_s=4.0,  # type: ignore[arg-type]
                          interleave=interleave,  # type: ignore[arg-type]
                          reuse_a=reuse_a, reuse_from="exp-earlier" if reuse_a else None)
         self.values = values
-        self.others = others
+        self.others, self.waits = others, waits
         self.segments: list[tuple[str, int]] = []
 
     async def _measure_a_switch(self) -> None:
@@ -55,7 +57,9 @@ class Scripted(AB):
         self.segments.append((name, k))
         arm.values += [next(self.values[name]) for _ in range(k)]
         if self.others is not None:  # what a window's kernel split says ran beside it
-            arm.env += [WindowEnv(others_pct=next(self.others[name])) for _ in range(k)]
+            arm.env += [WindowEnv(others_pct=next(self.others[name]),
+                                  wait_pct=next(self.waits[name]) if self.waits else None)
+                        for _ in range(k)]
 
 
 async def test_unknown_adds_step_windows_alternating_until_the_cap() -> None:
@@ -220,3 +224,18 @@ async def test_a_recent_a_is_reused_after_a_check_that_agrees() -> None:
     inter = Scripted({"a": itertools.cycle([30.0]), "b": itertools.cycle([25.0])}, reuse_a=earlier)
     u = await inter.run()
     assert u.a_reuse and u.a_reuse.startswith("not reused: interleaved") and u.a_reused_from is None
+
+
+async def test_a_round_whose_b_was_starved_of_cpu_is_left_out() -> None:
+    """The others' CPU reads the same in both arms (a saturated host reads ~full either way), but
+    in round 2 the target waited 30% of a core for a CPU in B against 1% in A, and read 20% less
+    CPU: the wait rule (10 pp) leaves the round out, so a starved B is not an "improvement"."""
+    b = itertools.cycle([30.0, 30.2, 29.9, 24.0, 24.1, 30.1, 29.9, 30.0, 30.2, 29.8, 30.1])
+    ab = Scripted({"a": itertools.cycle([30.0, 31.2, 28.9, 30.0, 30.1]), "b": b}, shift_pp=40.0,
+                  others={"a": itertools.cycle([150.0]), "b": itertools.cycle([150.0])},
+                  waits={"a": itertools.cycle([1.0]),
+                         "b": itertools.cycle([1.0] * 3 + [30.0] * 2 + [1.0] * 6)})
+    s = await ab.run()
+    assert any("round 2" in n and "waiting for a CPU" in n for n in s.environment), s.environment
+    assert 3 in s.b.left_out and 4 in s.b.left_out
+    assert s.final.verdict == "same", [j.describe() for j in s.looks]

@@ -225,3 +225,45 @@ def test_an_old_record_reads_as_ticks(tmp_path: Path) -> None:
         "ticks, one tick 0.25 = 3.6% of it"
     assert row.model_copy(update={"cpu_clock": "schedstat_ns", "resolution_pct": 0.0175}) \
         .cpu_step == "schedstat ns, step 0.018 = 0.25% of it"
+
+
+def test_the_targets_wait_for_a_cpu_shows_a_hog_beside_it() -> None:
+    """The sampler reads each thread's run-queue wait too (schedstat's second field): a worker
+    pinned to one CPU with a busy loop pinned beside it waits for that CPU a large part of the
+    window; alone on its CPU it waits far less. Relative: both read in this run."""
+    if not shutil.which("taskset"):
+        pytest.fail("taskset (util-linux) is missing")
+    cpu = str(max(os.sched_getaffinity(0)))
+    worker = subprocess.Popen(["taskset", "-c", cpu, sys.executable, "-c",
+                               "import time\nwhile True:\n t = time.perf_counter()\n"
+                               " while time.perf_counter() - t < 0.003: pass\n time.sleep(0.007)"])
+    try:
+        def wait() -> float:
+            got = sampler.parse(subprocess.run(sampler.argv(worker.pid, 4), capture_output=True,
+                                               text=True, check=True).stdout)
+            w = got.wait_pct()
+            assert w is not None, got.samples[:1]
+            return w
+
+        alone = wait()
+        hog = subprocess.Popen(["taskset", "-c", cpu, sys.executable, "-c", "while True: pass"])
+        try:
+            beside = wait()
+        finally:
+            hog.kill()
+            hog.wait()
+    finally:
+        worker.kill()
+        worker.wait()
+    assert beside > alone + 10, (alone, beside)
+
+
+def test_a_sampler_line_without_the_wait_still_parses() -> None:
+    """Sampler text of the first ns format ("tid:ns", no wait): run time read, wait None."""
+    text = ("S 100.00 1000 0 0 R 1 1 1 0 -1 0 0 0 0 0 10 5 0 0 20 0 1 0 500 0 0\nN 7:100000000\n"
+            "S 101.00 1000 0 0 R 1 1 1 0 -1 0 0 0 0 0 20 5 0 0 20 0 1 0 500 0 0\nN 7:200000000\n")
+    got = sampler.parse(text)
+    assert got.samples[0].run_ns == {7: 100_000_000} and got.wait_pct() is None
+    both = text.replace("N 7:100000000", "N 7:100000000:5000000").replace(
+        "N 7:200000000", "N 7:200000000:255000000")
+    assert sampler.parse(both).wait_pct() == pytest.approx(25.0)

@@ -23,10 +23,14 @@ class WindowEnv(BaseModel):
     """What else ran on the DUT during one window (from the window's kernel split): the
     environment the decision rule's `environment_shift_pp` compares between A and B."""
 
-    others_pct: float = Field(description="the DUT's user + nice + system + steal time of all "
+    others_pct: float | None = Field(description="the DUT's user + nice + system + steal time of all "
                               "cores minus the target's, % of one core (a CPU hog reads ~100; "
-                              "irq and softirq are left out: a patch moves them)")
+                              "irq and softirq are left out: a patch moves them; None: the "
+                              "kernel split was not read)")
     steal_pct: float = Field(0.0, description="all cores' steal, % of one core")
+    wait_pct: float | None = Field(None, description="the target waited this long on a run queue "
+                                   "for a CPU, % of one core (None: not read): a starved target "
+                                   "does less work whatever the patch")
 
 
 class Arm(BaseModel):

@@ -39,6 +39,9 @@ class Window(BaseModel):
                                          "one core: one tick over the sampled span (ticks), or "
                                          "what the span's 10 ms timestamps move the figure by "
                                          "(schedstat_ns); None: a record older than the field")
+    wait_pct: float | None = Field(None, description="the target's threads waited this long on a "
+                                   "run queue for a CPU over the window, % of one core "
+                                   "(schedstat run_delay): a starved target; None: not read")
     rss_kb: int
     io_read_bytes: int = 0
     io_write_bytes: int = 0

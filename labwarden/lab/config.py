@@ -495,6 +495,11 @@ class DecisionSection(DecisionRule):
         "target, % of one core) may differ by at most this between a round's A and B windows, "
         "and between a window and its block's median; beyond it the round or window is left "
         "out of the verdict (or flagged: environment_action), and the screening says so")
+    environment_wait_pp: float = Field(
+        10.0, gt=0, examples=[10.0], description="the target's own wait for a CPU (run-queue "
+        "delay, % of one core) may differ by at most this between a round's A and B windows, and "
+        "between a window and its block's median: a target starved in one arm only (a hog beside "
+        "it, a saturated host) is left out like a moved environment")
     reuse_a_max_age_s: float = Field(
         3600.0, ge=0, examples=[3600.0], description="without interleaving: A's windows from an "
         "earlier screening of the same build on the same place, taken with these settings "

@@ -123,14 +123,24 @@ def metric_values(rec: MeasurementRecord, metric: str) -> list[float]:
 
 
 def window_env(w: Window) -> WindowEnv | None:
-    """What else ran on the DUT in window `w` (None: its kernel split was not read)."""
+    """What else ran on the DUT in window `w`, and how long the target waited for a CPU (None:
+    neither was read)."""
     k = w.kernel
-    if k is None or not k.per_cpu:
+    if (k is None or not k.per_cpu) and w.wait_pct is None:
         return None
+    if k is None or not k.per_cpu:
+        return WindowEnv(others_pct=None, wait_pct=w.wait_pct)
     t, cores = k.total, len(k.per_cpu)
     busy = (t.user_pct + t.nice_pct + t.system_pct + t.steal_pct) * cores
     return WindowEnv(others_pct=round(max(busy - w.cpu_pct, 0.0), 2),
-                     steal_pct=round(t.steal_pct * cores, 2))
+                     steal_pct=round(t.steal_pct * cores, 2), wait_pct=w.wait_pct)
+
+
+def _figure(arm: Arm, i: int, fig: str) -> float | None:
+    env = arm.env[i] if i < len(arm.env) else None
+    if env is None:
+        return None
+    return env.others_pct if fig == "others" else env.wait_pct
 
 
 class AB:
@@ -156,6 +166,7 @@ class AB:
         self.env_action: str = getattr(dec, "environment_action", "off")
         self.shift_pp: float | None = None if self.env_action == "off" \
             else getattr(dec, "environment_shift_pp", None)
+        self.wait_pp: float = getattr(dec, "environment_wait_pp", 10.0)
         self.drift_check: bool = getattr(dec, "drift_check", False)
         self.screening = Screening(stations=stations, window_s=window_s, metric=metric,
                                    a=Arm(build_id=a), b=Arm(build_id=b), looks=[])
@@ -261,40 +272,44 @@ class AB:
 
     def _environment(self) -> tuple[set[tuple[str, int]], str | None]:
         """The environment rule: (windows left out as (arm, index), why the verdict cannot
-        stand -- blocks whose A and B ran under different loads). Notes go to the screening."""
-        s, shift = self.screening, self.shift_pp
+        stand -- blocks whose A and B ran under different loads). Two figures per window, each
+        with its pre-registered limit: the DUT's CPU outside the target (`shift_pp`) and the
+        target's own wait for a CPU (`wait_pp`). Notes go to the screening."""
+        s = self.screening
         out: set[tuple[str, int]] = set()
         notes: list[str] = []
-        if shift is None:
+        if self.shift_pp is None:
             return out, None
+        limits = {"others": (self.shift_pp, "of other work"),
+                  "wait": (self.wait_pp, "of waiting for a CPU")}
         arms = {"a": s.a, "b": s.b}
         rounds = sorted({r for arm in arms.values() for r in arm.rounds})
         spoilt: str | None = None
         for r in rounds:
-            medians: dict[str, float] = {}
-            for name, arm in arms.items():
-                idx = [i for i, rr in enumerate(arm.rounds)
-                       if rr == r and i < len(arm.env) and arm.env[i] is not None]
-                if not idx:
-                    continue
-                others = {i: arm.env[i].others_pct for i in idx}  # type: ignore[union-attr]
-                med = statistics.median(others.values())
-                medians[name] = med
-                for i, o in others.items():
-                    if abs(o - med) > shift:
-                        out.add((name, i))
-                        notes.append(f"{name.upper()} window {i + 1}: others' CPU {o:.0f}% of a "
-                                     f"core against its block's {med:.0f}%")
-            if len(medians) == 2 and abs(medians["a"] - medians["b"]) > shift:
-                what = (f"A ran beside {medians['a']:.0f}% of a core of other work, B beside "
-                        f"{medians['b']:.0f}%")
-                if self.interleaved:
-                    out |= {(n, i) for n, arm in arms.items()
-                            for i, rr in enumerate(arm.rounds) if rr == r}
-                    notes.append(f"round {r + 1}: {what}")
-                else:
-                    spoilt = f"unknown: the environment moved between A and B ({what})"
-                    notes.append(spoilt)
+            for fig, (limit, words) in limits.items():
+                medians: dict[str, float] = {}
+                for name, arm in arms.items():
+                    seen = {i: v for i, rr in enumerate(arm.rounds)
+                            if rr == r and (v := _figure(arm, i, fig)) is not None}
+                    if not seen:
+                        continue
+                    med = statistics.median(seen.values())
+                    medians[name] = med
+                    for i, v in seen.items():
+                        if abs(v - med) > limit:
+                            out.add((name, i))
+                            notes.append(f"{name.upper()} window {i + 1}: {v:.0f}% of a core "
+                                         f"{words} against its block's {med:.0f}%")
+                if len(medians) == 2 and abs(medians["a"] - medians["b"]) > limit:
+                    what = (f"A ran with {medians['a']:.0f}% of a core {words}, B with "
+                            f"{medians['b']:.0f}%")
+                    if self.interleaved:
+                        out |= {(n, i) for n, arm in arms.items()
+                                for i, rr in enumerate(arm.rounds) if rr == r}
+                        notes.append(f"round {r + 1}: {what}")
+                    else:
+                        spoilt = f"unknown: the environment moved between A and B ({what})"
+                        notes.append(spoilt)
         verb = "left out" if self.env_action == "drop" else "flagged (kept)"
         s.environment = [f"{verb}: {n}" for n in dict.fromkeys(notes)]
         if self.env_action != "drop":

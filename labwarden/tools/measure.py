@@ -307,6 +307,7 @@ async def _window(ctx: LabContext, inp: MeasureInput, pid: int, rep: int, events
                   cpu_pct=round(cpu.mean, 3) if cpu.mean is not None else 0.0,
                   cpu_series=[round(x, 2) for x in cpu.series],
                   cpu_clock=cpu.clock, resolution_pct=cpu.resolution_pct,
+                  wait_pct=None if (w := sampled.wait_pct()) is None else round(w, 2),
                   rss_kb=sampled.rss_kb(),
                   io_read_bytes=sampled.samples[-1].read_bytes - sampled.samples[0].read_bytes,
                   io_write_bytes=sampled.samples[-1].write_bytes - sampled.samples[0].write_bytes,

@@ -36,7 +36,8 @@ ticks; over a 4 s window that is 1.25% of the 400 counted)."""
 
 # $1 = pid, $2 = samples. Per sample, two lines:
 #   "S uptime rss_kb read_bytes write_bytes <stat after ')'>"
-#   "N tid:ns tid:ns ..." -- each live thread's se.sum_exec_runtime (ns), read right after stat;
+#   "N tid:ns:wait ..."   -- each live thread's se.sum_exec_runtime and its run-queue wait
+#                            (sched_info.run_delay), ns, read right after stat;
 #                            "N" alone where the kernel has no schedstat (CONFIG_SCHED_INFO off).
 # The ns values are printed, not summed: busybox built without 64-bit shell arithmetic would
 # overflow past 2.1 s; the host sums them, and sees which threads came and went.
@@ -47,7 +48,7 @@ while [ "$i" -lt "$n" ]; do
   read -r st < "/proc/$pid/stat" 2>/dev/null || { echo "GONE $up"; exit 4; }
   ns=
   for t in /proc/"$pid"/task/*; do
-    { read -r v _ < "$t/schedstat"; } 2>/dev/null && ns="$ns ${t##*/}:$v"
+    { read -r v w _ < "$t/schedstat"; } 2>/dev/null && ns="$ns ${t##*/}:$v:$w"
   done
   rss=0; rb=0; wb=0
   while read -r k v _; do [ "$k" = "VmRSS:" ] && rss=$v; done < "/proc/$pid/status"
@@ -74,6 +75,8 @@ class Sample(BaseModel):
     write_bytes: int
     run_ns: dict[int, int] | None = Field(None, description="each live thread's run time (tid -> "
                                           "se.sum_exec_runtime, ns); None: not read")
+    wait_ns: dict[int, int] | None = Field(None, description="each live thread's time waiting "
+                                           "for a CPU on a run queue (tid -> run_delay, ns)")
 
 
 class CpuFigures(BaseModel):
@@ -164,6 +167,20 @@ class SamplerResult(BaseModel):
             raise ValueError("the process restarted during the window")
         return self.cpu(clk_tck, want).mean or 0.0
 
+    def wait_pct(self) -> float | None:
+        """How long the target's threads waited on a run queue for a CPU over the window, % of
+        one core (summed over the threads alive at both ends): a starved target -- a CPU hog
+        beside it, a saturated host -- does less work per second, whatever the patch. None:
+        not read, or the process restarted."""
+        s = self.samples
+        if len(s) < 2 or self.restarted() or s[0].wait_ns is None or s[-1].wait_ns is None:
+            return None
+        span = s[-1].t - s[0].t
+        both = s[0].wait_ns.keys() & s[-1].wait_ns.keys()
+        if span <= 0 or not both:
+            return None
+        return 100.0 * sum(s[-1].wait_ns[t] - s[0].wait_ns[t] for t in both) / 1e9 / span
+
     def restarted(self) -> bool:
         return len({s.starttime for s in self.samples}) > 1
 
@@ -180,11 +197,17 @@ def argv(pid: int, samples: int) -> list[str]:
     return ["sh", "-c", SAMPLER_SH, "lw-sampler", str(int(pid)), str(int(samples))]
 
 
-def _run_ns(line: str) -> dict[int, int] | None:
-    """An "N tid:ns ..." line; None where it holds no figure (no schedstat on the DUT)."""
-    pairs = [w.split(":", 1) for w in line.split()[1:]]
-    out = {int(tid): int(ns) for tid, ns in pairs}
-    return out or None
+def _run_ns(line: str) -> tuple[dict[int, int] | None, dict[int, int] | None]:
+    """An "N tid:ns[:wait] ..." line: (run time, run-queue wait) per thread; None where it holds
+    no figure (no schedstat on the DUT; a line of the first format, without the wait)."""
+    run: dict[int, int] = {}
+    wait: dict[int, int] = {}
+    for word in line.split()[1:]:
+        tid, ns, *rest = word.split(":")
+        run[int(tid)] = int(ns)
+        if rest and rest[0]:
+            wait[int(tid)] = int(rest[0])
+    return run or None, wait if wait and len(wait) == len(run) else None
 
 
 def parse(text: str) -> SamplerResult:
@@ -204,5 +227,5 @@ def parse(text: str) -> SamplerResult:
             samples.append(Sample(t=float(up), ticks=st.utime + st.stime, starttime=st.starttime,
                                   rss_kb=int(rss), read_bytes=int(rb), write_bytes=int(wb)))
         elif (line == "N" or line.startswith("N ")) and samples:
-            samples[-1].run_ns = _run_ns(line)
+            samples[-1].run_ns, samples[-1].wait_ns = _run_ns(line)
     return SamplerResult(samples=samples, gone=gone)
