@@ -111,7 +111,7 @@ LIGHT_MODULES = frozenset({
     "test_guard_corpus",
     "test_http_sessions", "test_id_paths", "test_judge_parts", "test_kstat", "test_lab_check", "test_labgrid",
     "test_layers", "test_layers_cli", "test_mcp_resources", "test_mcp_server",
-    "test_mcp_stdio", "test_portable_dut", "test_power_cycle", "test_prompt_tools",
+    "test_mcp_stdio", "test_no_absolute_times", "test_portable_dut", "test_power_cycle", "test_prompt_tools",
     "test_profile_reload", "test_protected_paths", "test_qlab_clock", "test_readme_profiles",
     "test_records", "test_reference",
     "test_report_results", "test_resources_and_search_limits", "test_results", "test_soak",

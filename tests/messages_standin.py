@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -93,6 +94,8 @@ class MessagesStandIn:
         self.turns = list(turns)
         self.model = model
         self.requests: list[Body] = []
+        self.arrived: list[float] = []
+        """When each request arrived (time.time()), in order."""
         self.served = 0
         self.dropped = 0
         self._dropped_turns: dict[int, int] = {}
@@ -131,6 +134,7 @@ class MessagesStandIn:
         with self._lock:
             with self.request_seen:
                 self.requests.append(body)
+                self.arrived.append(time.time())
                 self.request_seen.notify_all()
             if self.served >= len(self.turns):
                 raise AssertionError(f"script exhausted after {self.served} turns")

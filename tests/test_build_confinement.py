@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import re
 import socket
+import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -138,10 +139,29 @@ def _left(marker: str) -> list[int]:
     return pids
 
 
+BUILD_SLEEP_S = 25
+"""How long a sleeper build sleeps itself: what a build nobody stopped would take at least."""
+
+
 def _sleeper(tag: str) -> Callable[[Path], None]:
     """A Makefile that starts a detached sleeper (its own session) and then sleeps itself."""
     return prepend("Makefile", f"X := $(shell (setsid sleep 47.{tag} >/dev/null 2>&1 &); "
-                   f"sleep 25.{tag})\n")
+                   f"sleep {BUILD_SLEEP_S}.{tag})\n")
+
+
+@contextmanager
+def _the_builds_own_sleep() -> Iterator[Callable[[], bool]]:
+    """A host `sleep` as long as the build's own, started just before the build is asked for:
+    the yielded function says whether it still sleeps. `assert still()` after the call is an
+    order, not a time -- the call returned before the build's sleep, which began later, would
+    have ended by itself -- so it fails for a stop that never came (the build slept its 25 s),
+    whatever the host's load."""
+    beside = subprocess.Popen(["sleep", str(BUILD_SLEEP_S)])
+    try:
+        yield lambda: beside.poll() is None
+    finally:
+        beside.kill()
+        beside.wait()
 
 
 async def test_the_sessions_wall_time_kills_the_build_and_its_processes(vlab: VlabLayout) -> None:
@@ -150,14 +170,13 @@ async def test_the_sessions_wall_time_kills_the_build_and_its_processes(vlab: Vl
     prof = prof.model_copy(update={"policy": prof.policy.model_copy(update={"budgets": budgets})})
     diff = git_diff(vlab.src, _sleeper("301"))
     async with Client(build_server(prof)) as client:
-        t0 = time.monotonic()
-        res = await client.call_tool("patch_submit", {"name": "sleeper", "diff": diff})
-        took = time.monotonic() - t0
+        with _the_builds_own_sleep() as still:
+            res = await client.call_tool("patch_submit", {"name": "sleeper", "diff": diff})
+            stopped_first = still()
     text = "\n".join(getattr(c, "text", "") for c in res.content)
     assert res.is_error and "wall time" in text, text
-    print(f"\nwall time 6 s: the call returned after {took:.1f} s, its sleepers gone")
-    assert took < 15, took  # not the 25 s the build would have slept
-    assert _left("sleep 25.301") == [] and _left("sleep 47.301") == []
+    assert stopped_first, "the call returned only after the build's own sleep would have ended"
+    assert _left(f"sleep {BUILD_SLEEP_S}.301") == [] and _left("sleep 47.301") == []
 
 
 def test_build_timeout_kills_the_build_and_its_processes(vlab: VlabLayout, tmp_path: Path) -> None:
@@ -165,14 +184,16 @@ def test_build_timeout_kills_the_build_and_its_processes(vlab: VlabLayout, tmp_p
     lab.write_text(re.sub(r"^\[build\]\n", "[build]\ntimeout_s = 3\n", vlab.lab_toml.read_text(),
                           count=1, flags=re.M))
     diff = git_diff(vlab.src, _sleeper("302"))
-    t0 = time.monotonic()
-    res = runner.invoke(app, ["call", "patch_submit", json.dumps({"name": "sleeper", "diff": diff}),
-                              "--lab", str(lab), "--json"])
-    assert time.monotonic() - t0 < 15 and res.exit_code == 1
+    with _the_builds_own_sleep() as still:
+        res = runner.invoke(app, ["call", "patch_submit",
+                                  json.dumps({"name": "sleeper", "diff": diff}), "--lab", str(lab),
+                                  "--json"])
+        stopped_first = still()
+    assert stopped_first and res.exit_code == 1, res.output  # stopped before its sleep would end
     record = json.loads(res.stdout)
     assert record["error"]["kind"] == "timeout", record
     assert "timeout_s = 3" in " ".join(record["error"]["lines"])
-    assert _left("sleep 25.302") == [] and _left("sleep 47.302") == []
+    assert _left(f"sleep {BUILD_SLEEP_S}.302") == [] and _left("sleep 47.302") == []
 
 
 def test_a_stopped_build_returns_only_once_its_namespace_is_gone(tmp_path: Path) -> None:
@@ -188,10 +209,13 @@ def test_a_stopped_build_returns_only_once_its_namespace_is_gone(tmp_path: Path)
         stop = threading.Event()
         timer = threading.Timer(0.5, stop.set)
         timer.start()
-        res = sandbox.run(["sh", "-c", f"{detached}; sleep 25.{tag}"], tree=tree, out=out,
-                          limits=sandbox.Limits(timeout_s=30), log=tmp_path / "log", stop=stop)
-        assert res.stopped and res.duration_s < 15, res
-        assert _left(f"sleep 47.{tag}") == [] and _left(f"sleep 25.{tag}") == [], run
+        with _the_builds_own_sleep() as still:
+            res = sandbox.run(["sh", "-c", f"{detached}; sleep {BUILD_SLEEP_S}.{tag}"], tree=tree,
+                              out=out, limits=sandbox.Limits(timeout_s=30), log=tmp_path / "log",
+                              stop=stop)
+            stopped_first = still()
+        assert res.stopped and stopped_first, res  # returned before its own sleep would have ended
+        assert _left(f"sleep 47.{tag}") == [] and _left(f"sleep {BUILD_SLEEP_S}.{tag}") == [], run
 
 
 def test_a_build_without_bubblewrap_is_refused_not_run_unconfined(

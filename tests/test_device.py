@@ -19,6 +19,7 @@ import anyio
 import asyncssh
 import pytest
 
+from labwarden.lab.dut.connection import Connection
 from labwarden.lab.dut.device import Device
 from labwarden.lab.dut.endpoint import SshEndpoint
 from labwarden.lab.dut.errors import (
@@ -160,16 +161,23 @@ async def test_large_output_through_the_channel(dev: Device) -> None:
 
 async def test_timeout_closes_channel_and_next_call_uses_a_fresh_one(dev: Device) -> None:
     before = await _shell_pid(dev)
-    t0 = time.monotonic()
-    with pytest.raises(CommandTimeout) as info:
-        await dev.run(["sleep", "4242"], timeout=0.3)
-    assert time.monotonic() - t0 < 2
+    # beside it, on a session of its own, an exec given ten times the timeout: the run times out
+    # first -- an order, not a time; it fails for a timeout that waits on past ten of itself
+    # (for the command to end, for a retry), whatever the host's load
+    beside = asyncio.create_task(dev.exec(["sleep", "4243"], timeout=3.0))
+    try:
+        with pytest.raises(CommandTimeout) as info:
+            await dev.run(["sleep", "4242"], timeout=0.3)
+        assert not beside.done(), f"a timeout ten times as long ended first: {beside}"
+    finally:
+        beside.cancel()  # its session is closed: the DUT hangs its sleep up too
+        await asyncio.gather(beside, return_exceptions=True)
     assert "sleep 4242" in info.value.problem and "timeout" in info.value.remedy
     res = await dev.run(["echo", "again"])
     assert res.stdout == "again\n"
     assert await _shell_pid(dev) != before
-    with anyio.fail_after(5):  # the DUT hung the command up
-        while _pids_running(["sleep", "4242"]):
+    with anyio.fail_after(5):  # the DUT hung the commands up
+        while _pids_running(["sleep", "4242"]) or _pids_running(["sleep", "4243"]):
             await anyio.sleep(0.05)
 
 
@@ -331,13 +339,22 @@ async def test_signal_to_a_gone_process(dev: Device) -> None:
 
 # -- pinning, auth, reachability --------------------------------------------------------------
 
-async def test_wrong_host_key_is_refused_without_retry(vlab: VlabLayout) -> None:
+async def test_wrong_host_key_is_refused_without_retry(vlab: VlabLayout,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     impostor = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode()
     device = Device(_endpoint(vlab, host_key=impostor), retries=3)
-    t0 = time.monotonic()
+    tries = 0
+    connect_once = Connection._connect_once
+
+    async def counted(self: Connection, connect_timeout: float) -> asyncssh.SSHClientConnection:
+        nonlocal tries
+        tries += 1
+        return await connect_once(self, connect_timeout)
+
+    monkeypatch.setattr(Connection, "_connect_once", counted)
     with pytest.raises(HostKeyMismatch) as info:
         await device.connect()
-    assert time.monotonic() - t0 < 1  # not retried with backoff
+    assert tries == 1  # not retried: a count, not a time (retries=3 would make it three)
     assert "host_key" in info.value.remedy and str(vlab.ssh_port_file.read_text().strip()) in \
         info.value.problem
 
@@ -379,7 +396,10 @@ async def test_unreachable_port_fails_quickly(vlab: VlabLayout) -> None:
     t0 = time.monotonic()
     with pytest.raises(Unreachable) as info:
         await device.run(["true"])
-    assert time.monotonic() - t0 < 3
+    # quickly: the three refused tries (and their backoff) ended before one try at a silent
+    # port would have timed out -- a relation to the device's own connect timeout, not a number
+    # of seconds; it fails for a refusal waited out like silence
+    assert time.monotonic() - t0 < device.connect_timeout
     assert f"127.0.0.1:{port} refused the connection (3 tries" in info.value.problem
     assert "[dut.ssh]" in info.value.remedy
 
@@ -394,11 +414,19 @@ async def test_reconnects_after_reboot(fresh_vlab: VlabLayout) -> None:
         assert await _shell_pid(device) != shell  # a new connection and channel
         new_stad = int((fresh_vlab.run_dir / "stad.pid").read_text())
         assert new_stad in await device.pidof("stad") and new_stad not in stad
+        longer = Device(_endpoint(fresh_vlab))  # its endpoint read while the vlab is up
         await anyio.to_thread.run_sync(control.down, fresh_vlab.root)
-        t0 = time.monotonic()
-        with pytest.raises(Unreachable, match="did not answer a command within 1 s"):
-            await device.wait_reachable(1)
-        assert time.monotonic() - t0 < 3
+        # beside it, a second device waiting four times as long: the 1 s wait gives up first --
+        # an order, not a time; it fails for a wait that outlives its timeout by 3 s or more
+        beside = asyncio.create_task(longer.wait_reachable(4))
+        try:
+            with pytest.raises(Unreachable, match="did not answer a command within 1 s"):
+                await device.wait_reachable(1)
+            assert not beside.done(), f"a wait four times as long gave up first: {beside}"
+        finally:
+            beside.cancel()
+            await asyncio.gather(beside, return_exceptions=True)
+            await longer.close()
 
 
 async def test_cancelled_reads_leave_no_task_behind(dev: Device) -> None:

@@ -299,12 +299,17 @@ async def test_cancelled_attribution_leaves_the_suspect_running(lab: VlabLayout)
     stamon = int((lab.run_dir / "stamon.pid").read_text())
     async with Client(_server(lab)) as client:
         assert not (await client.call_tool("fingerprint_verify", {"build_id": baseline(lab)})).is_error
+        window_s = 30
+        asked = time.monotonic()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(client.call_tool, "attribute", {"suspect": "stamon", "window_s": 30,
+            tg.start_soon(client.call_tool, "attribute", {"suspect": "stamon", "window_s": window_s,
                                                           "baseline_s": 1})
             assert await _until(lambda: _state(stamon) in "tT", 30), "the pause never started"
             tg.cancel_scope.cancel()  # the client gives up: MCP cancels the request
-        assert await _until(lambda: _state(stamon) not in "tT", 5), "the suspect stayed stopped"
+        # an order, not a time: running again before the window, which began after the call was
+        # asked for, would have ended by itself (the helper's own deadline is later still)
+        assert await _until(lambda: _state(stamon) not in "tT", asked + window_s - time.monotonic()), \
+            "the suspect was still stopped when its window would have ended by itself"
         status = await client.call_tool("lab_status", {})
         assert not status.is_error
 
@@ -315,16 +320,21 @@ async def test_cancelled_sweep_leaves_no_perf_behind(lab: VlabLayout) -> None:
     stad = int((lab.run_dir / "stad.pid").read_text())
     async with Client(_server(lab)) as client:
         assert not (await client.call_tool("fingerprint_verify", {"build_id": baseline(lab)})).is_error
+        window_s = 30
+        asked = time.monotonic()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(client.call_tool, "sweep", {"densities": [60], "reps": 1, "window_s": 30,
-                                                      "perf": True})
+            tg.start_soon(client.call_tool, "sweep", {"densities": [60], "reps": 1,
+                                                      "window_s": window_s, "perf": True})
             assert await _until(lambda: bool(_perf_on(stad)), 40), "perf never started"
             assert list(lab.tmp_dir.glob("lw-jobs-*/*.pid")), "perf runs outside a jobs' dir"
             t0 = time.monotonic()
             tg.cancel_scope.cancel()
         # labwarden stops perf itself (DutJobs: a fresh command, TERM then KILL), not a SIGHUP
-        # from the server; 10 s is slack for a loaded 2-core box, the stop takes well under 2 s
-        assert await _until(lambda: not _perf_on(stad), 10), f"perf left behind: {_perf_on(stad)}"
+        # from the server; an order, not a time: before the window, which began after the call
+        # was asked for, would have ended by itself -- perf records `sleep window_s`, so a perf
+        # nobody stopped is gone only then (the stop takes well under 2 s)
+        assert await _until(lambda: not _perf_on(stad), asked + window_s - time.monotonic()), \
+            f"perf still on the target when its window would have ended: {_perf_on(stad)}"
         print(f"perf gone {time.monotonic() - t0:.2f} s after the cancel")
         # the cancelled window's perf.data is in its jobs' dir, removed (shielded) after its perf
         # stopped: that clean-up may still be in flight when perf is gone, the same grace for it

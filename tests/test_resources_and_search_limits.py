@@ -3,14 +3,15 @@ resource does not follow symlinks planted in data/patches; a dangling symlink in
 directory is a clean error (CLI and MCP), not a traceback or a host path; an experiment on an
 unknown patch is refused before the guard heals, leases or flashes anything; `resources/list`
 and `prompts/get` leave transcript rows; a catastrophic regex without ripgrep cannot hold the
-server (a concurrent lab_status answers within a second, both calls are logged); over HTTP one
-principal's patch_submit result does not name another principal's session. Real vlab, the
-SDK's client, `labwarden serve --http`, typer's runner."""
+server (a concurrent lab_status answers while the search still runs, both calls are logged);
+over HTTP one principal's patch_submit result does not name another principal's session. Real
+vlab, the SDK's client, `labwarden serve --http`, typer's runner."""
 
 from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -156,8 +157,15 @@ async def test_a_catastrophic_regex_cannot_hold_the_server(vlab: VlabLayout,
     print(f"\nlab_status answered in {answered * 1000:.0f} ms while (.|.)*Z was matching")
     assert not status.is_error and still_matching, answered
     assert res.is_error and "took over" in res.content[0].text  # type: ignore[union-attr]
-    calls = [e.call.tool for e in _events(vlab)[before:] if isinstance(e, ToolCalled)]
-    assert "source_search" in calls and "lab_status" in calls
+    called = {e.call.tool: e.call for e in _events(vlab)[before:] if isinstance(e, ToolCalled)}
+    assert "source_search" in called and "lab_status" in called, called
+    # and by the server's own records: lab_status began after the search did and ended before
+    # it -- it ran inside the search, an order again; a server that ran one call at a time
+    # would have begun it only once the search had ended (or was stopped at its cap)
+    search, status_call = called["source_search"], called["lab_status"]
+    assert search.started_at < status_call.started_at, (search, status_call)
+    assert (status_call.started_at + timedelta(seconds=status_call.duration_s)
+            < search.started_at + timedelta(seconds=search.duration_s)), (search, status_call)
 
 
 async def test_over_http_a_patch_author_is_shown_to_its_own_principal_only(vlab: VlabLayout,

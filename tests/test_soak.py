@@ -26,4 +26,6 @@ def test_soak_500_calls_8_clients(lab: VlabLayout) -> None:
     assert r.audits_ok == r.sessions == 9, figures  # 8 clients and the warm-up client
     # flat: the growth is SQLite's page cache filling (bounded per connection), not per call
     assert r.rss_end_kb - r.rss_start_kb < 32 * 1024, figures
-    assert r.seconds < 240, figures
+    # bounded in time by run_soak's timeout (asyncio.wait_for: a soak that outlasts it raises
+    # TimeoutError), a net for a stalled server; no assert on r.seconds: the calls' speed on a
+    # shared host is no behaviour of the server's
