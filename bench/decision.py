@@ -1,8 +1,9 @@
 """Error rates of the decision rule (the lab profile's [decision]) on any lab: one image recorded
-for a long run at the densest point; >= 200 A/A comparisons drawn from it by resampling windows
-(the adaptive schedule, without replacement); the same with B scaled by a 5% and a 10% effect
-(windows needed to decide); and live A/A comparisons -- HEAD against HEAD plus a comment, so two
-images with the same code, flashed alternately as the experiment tool does.
+for a long run at the densest point through the `calibrate` tool (a calibration record); its
+simulated comparisons in the design the lab gets (labwarden/core/calibration.py: the windows in
+the order they were taken, so drift reaches them) -- A/A, and B scaled by a 5% and a 10% effect
+(windows needed to decide); and live A/A comparisons -- the base against the base plus a
+comment, so two images with the same code, flashed as the experiment tool does.
 
     .venv/bin/python bench/decision.py [--windows 60] [--draws 2000] [--live 10]
         [--lab-kind vlab|qlab [--clock CLOCK] | --lab PROFILE]
@@ -10,7 +11,10 @@ images with the same code, flashed alternately as the experiment tool does.
 --lab-kind brings a vlab or a qlab up for the run (and down after; the qlab's flash budget is
 lifted for this run only: the live part flashes twice per comparison); --lab calibrates the rule
 on a lab of your own, through its profile as it stands (nothing is brought up or down, its
-budgets hold).
+budgets hold). A is the profile's base -- the firmware at HEAD, built here -- running verified:
+flashed and verified only when the board does not run it so already (no hand-made [build]
+baseline, and no verification asked of an image the board may not run); the board is left on
+it.
 
 Targets: false "improved" <= 1% (the rule bounds it by alpha/2); every live A/A decided "same"
 or left "unknown", never "improved".
@@ -21,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import difflib
-import random
 import statistics
 import subprocess
 import sys
@@ -33,12 +36,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from labwarden.core.decision import DecisionRule, Judgement, judge, next_windows
-from labwarden.core.measurements import MeasurementRecord
+from labwarden.agent.calibrated import base_build, put_on_board
+from labwarden.core.calibration import CalibrationRecord, Case, Simulator
+from labwarden.core.decision import Judgement
 from labwarden.core.records import RecordStore
 from labwarden.lab.config import LabProfile
 from labwarden.lab.drivers import load as load_drivers
 from labwarden.qlab import control as qlab_control
+from labwarden.results.calibrate import CalibrateOutput
 from labwarden.runtime.runner import call_tool
 from labwarden.runtime.session import open_lab
 from labwarden.tools import abtest
@@ -64,37 +69,17 @@ def no_op_diff(profile: LabProfile) -> str:
                                         f"a/{path}", f"b/{path}"))
 
 
-def adaptive(pool: list[float], rule: DecisionRule, rng: random.Random, effect: float) -> Judgement:
-    """One comparison as the experiment runs it, on windows drawn from one recording: A and B
-    take disjoint windows; B's are scaled by (1 - effect)."""
-    draw = rng.sample(pool, 2 * rule.max_windows)
-    a, b = draw[:rule.max_windows], [x * (1 - effect) for x in draw[rule.max_windows:]]
-    n = rule.min_windows
-    while True:
-        j = judge(a[:n], b[:n], rule)
-        if j.decided:
-            return j
-        n = next_windows(n, rule)
-
-
-async def record(profile: LabProfile, windows: int) -> tuple[list[float], LabProfile]:
-    """The long recording: one image, the densest point, the rule's window length."""
-    dec = profile.decision
+async def record(profile: LabProfile, windows: int, draws: int, seed: int) -> CalibrationRecord:
+    """The long recording: the base, the densest point, the rule's window length -- a
+    calibration (kind cal) like the one the loop requires."""
     async with open_lab(profile, client="bench") as ctx:
-        verify = {"build_id": profile.build.baseline}
-        for name, args in (("fingerprint_verify", verify), ("env_pin", {})):
-            rec = await call_tool(ctx, name, args)
-            assert rec.ok, (name, rec.error)
-        values: list[float] = []
-        while len(values) < windows:  # the measure tool takes 10 windows a call
-            reps = min(10, windows - len(values))
-            rec = await call_tool(ctx, "measure", {"stations": load_drivers.points(profile)[-1],
-                                                   "window_s": dec.window_s, "reps": reps,
-                                                   "perf": False, "settle_s": dec.settle_s})
-            assert rec.ok and rec.result, rec.error
-            values += RecordStore(ctx.data_dir).load("prof", rec.result["profile_id"],
-                                                     MeasurementRecord).cpu_values()
-        return values, profile
+        await put_on_board(ctx, await base_build(ctx))
+        pinned = await call_tool(ctx, "env_pin", {})
+        assert pinned.ok, pinned.error
+        rec = await call_tool(ctx, "calibrate", {"windows": windows, "draws": draws, "seed": seed})
+        assert rec.ok and rec.result, rec.error
+        out = CalibrateOutput.model_validate(rec.result)
+        return RecordStore(ctx.data_dir).load("cal", out.calibration_id, CalibrationRecord)
 
 
 async def live(profile: LabProfile, n: int) -> tuple[list[Judgement], list[int], float]:
@@ -103,17 +88,19 @@ async def live(profile: LabProfile, n: int) -> tuple[list[Judgement], list[int],
     flashes: list[int] = []
     t0 = time.monotonic()
     async with open_lab(profile, client="bench") as ctx:
+        a = await base_build(ctx)
         diff = no_op_diff(profile)
         sub = await call_tool(ctx, "patch_submit", {"name": "aa-comment", "diff": diff})
         assert sub.ok and sub.result, sub.error
-        a, b = profile.build.baseline, sub.result["build_id"]
-        assert a
+        b = sub.result["build_id"]
         for i in range(n):
             scr = await abtest.AB(ctx, a, b, stations=load_drivers.points(profile)[-1], rule=dec,
                                   window_s=dec.window_s, interleave=dec.interleave).run()
             looks.append(scr.final)
             flashes.append(scr.flashes)
             print(f"  live A/A {i + 1}/{n}: {scr.final.describe()}", flush=True)
+        _, why = await abtest.leave_on(ctx, a, "A, the base")
+        print(f"  {why}", flush=True)
     return looks, flashes, time.monotonic() - t0
 
 
@@ -124,7 +111,8 @@ def _rates(js: list[Judgement]) -> Counter[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--windows", type=int, default=60, help="windows of the long recording")
-    ap.add_argument("--draws", type=int, default=2000, help="resampled comparisons per case (>= 200)")
+    ap.add_argument("--draws", type=int, default=2000, help="simulated comparisons per case at most "
+                    "(100-5000; a recording holds fewer distinct ones: all of them then)")
     ap.add_argument("--live", type=int, default=10, help="live A/A comparisons")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lab-kind", choices=["vlab", "qlab"], default="vlab",
@@ -154,73 +142,58 @@ def main() -> None:
 
 
 def run(console: Console, profile: LabProfile, args: argparse.Namespace) -> None:
-    if not profile.build.baseline:
-        sys.exit("[build] baseline: not set -- `labwarden call build --lab LAB`, then `flash` and "
-                 "`fingerprint_verify` with its build_id, and set `baseline` to that build_id")
-    t0 = time.monotonic()
-    pool, profile = asyncio.run(record(profile, args.windows))
+    rec = asyncio.run(record(profile, args.windows, args.draws, args.seed))
     # the resampled part is printed before the live one starts: a long live part that is cut
     # short must not take the recording's figures with it
-    resampled(console, pool, profile, args.draws, args.seed, time.monotonic() - t0)
+    resampled(console, rec, args.draws, args.seed)
     if args.live:
         lives, flashes, live_s = asyncio.run(live(profile, args.live))
         report_live(console, lives, flashes, live_s)
 
 
-def resampled(console: Console, pool: list[float], profile: LabProfile, draws: int, seed: int,
-              rec_s: float) -> None:
-    dec = profile.decision
-    rule = DecisionRule.model_validate(dec.model_dump(include=set(DecisionRule.model_fields)))
-    assert 2 * rule.max_windows <= len(pool), "record more windows than two arms at the cap"
-    rng = random.Random(seed)
-    mean, sd = statistics.fmean(pool), statistics.stdev(pool)
-    console.print(f"recording: {len(pool)} windows of {dec.window_s:g} s at "
-                  f"{load_drivers.points(profile)[-1]} clients "
-                  f"in {rec_s:.0f} s: mean {mean:.2f}%, stdev {sd:.2f} pp ({100 * sd / mean:.1f}%), "
-                  f"min {min(pool):.2f}, max {max(pool):.2f}")
+def resampled(console: Console, rec: CalibrationRecord, draws: int, seed: int) -> None:
+    rule, cal, pool = rec.rule, rec.result, rec.values
+    nz = cal.noise
+    console.print(f"recording {rec.id}: {len(pool)} windows of {rec.window_s:g} s at {rec.workload} "
+                  f"on {rec.build_id} in {rec.measure_s:.0f} s: mean {nz.mean:.2f}%, stdev "
+                  f"{nz.sd:.2f} pp ({nz.cv_pct:.1f}%), min {min(pool):.2f}, max {max(pool):.2f}, "
+                  f"lag-1 autocorrelation {nz.lag1}, drift {nz.drift_pct_per_min}%/min")
     console.print(f"windows: {' '.join(f'{v:.1f}' for v in pool)}")
     console.print(f"rule: alpha {rule.alpha:g} and beta {rule.beta:g} over looks at {rule.looks()} "
                   f"windows per arm ({rule.alpha_per_look():.4g} and {rule.beta_per_look():.4g} "
-                  f"each), band +-{rule.min_effect_pct:g}%")
-    t = Table(title=f"decision rule, {draws} resampled comparisons per case")
-    for col in ("case", "improved", "same", "unknown", "regressed", "windows/arm median", "p90", "mean"):
+                  f"each), band +-{rule.min_effect_pct:g}%; design {rec.design} (switch "
+                  f"{rec.switch_s} s, [decision] interleave = {rec.interleave})", markup=False)
+    sim = Simulator(pool, rule, rec.design, draws=draws, seed=seed, drift_check=rec.drift_check)
+    t = Table(title=f"decision rule, {len(sim.draws)} simulated comparisons per case "
+              f"({sim.distinct} distinct in the recording)")
+    for col in ("case", "improved", "same", "unknown", "regressed", "windows/arm mean", "p90",
+                "lab min"):
         t.add_column(col, justify="right")
-    results = {}
-    for label, effect in (("A/A (resampled)", 0.0), ("B 5% lower", 0.05), ("B 10% lower", 0.10)):
-        js = [adaptive(pool, rule, rng, effect) for _ in range(draws)]
-        results[label] = js
-        c, n = _rates(js), len(js)
-        ws = sorted(j.n_b for j in js)
-        t.add_row(label,
-                  *(f"{100 * c[v] / n:.2f}%" for v in ("improved", "same", "unknown", "regressed")),
-                  str(statistics.median(ws)), str(ws[int(0.9 * (n - 1))]), f"{statistics.fmean(ws):.1f}")
+    effects = sorted({0.0, rule.min_effect_pct, 5.0, 10.0})
+    cases: dict[float, Case] = {}
+    for effect in effects:
+        c = cases[effect] = sim.case(effect, cal.lab_time)
+        t.add_row("A/A" if effect == 0 else f"B {effect:g}% lower",
+                  *(f"{v:.2f}%" for v in (c.improved_pct, c.same_pct, c.unknown_pct, c.regressed_pct)),
+                  f"{c.windows_per_arm:.1f}", str(c.windows_p90), f"{c.minutes:.1f}")
     console.print(t)
-    aa = results["A/A (resampled)"]
-    false_improved = sum(j.verdict == "improved" for j in aa) / len(aa)
-    console.print(f"false 'improved' on A/A: {100 * false_improved:.2f}% of {len(aa)} (target <= 1%; "
+    aa = cases[0.0]
+    console.print(f"false 'improved' on A/A: {aa.improved_pct:.2f}% of {aa.draws} (target <= 1%; "
                   f"bound alpha/2 = {100 * rule.alpha / 2:g}%)")
     # side by side, on the same recording: the first version's rule (one budget for both answers,
     # 11 windows at most) against the profile's -- how many A/A stay undecided, and at what cost
     first = rule.model_copy(update={"beta": rule.alpha / 2, "max_windows": min(rule.max_windows, 11)})
     for name, r in (("profile's rule", rule), ("first version's rule (one budget, cap 11)", first)):
-        rng_v = random.Random(seed + 1)
-        js = [adaptive(pool, r, rng_v, 0.0) for _ in range(draws)]
-        console.print(f"A/A with the {name}: unknown {100 * _rates(js)['unknown'] / len(js):.2f}%, "
-                      f"mean {statistics.fmean(j.n_b for j in js):.1f} windows per arm")
-    edge = results["B 5% lower"]
-    if rule.min_effect_pct == 5.0:  # the effect at the band's edge: a false "same" is bounded by beta
-        false_same = sum(j.verdict == "same" for j in edge) / len(edge)
-        console.print(f"false 'same' on a 5% effect (the band's edge): {100 * false_same:.2f}% of "
-                      f"{len(edge)} (bound beta = {100 * rule.beta:g}%)")
-    for label in ("B 5% lower", "B 10% lower"):
-        js = [j for j in results[label] if j.verdict == "improved"]
-        ws = sorted(j.n_b for j in js)
-        if ws:
-            console.print(f"{label}: decided 'improved' in {100 * len(js) / len(results[label]):.1f}% "
-                          f"of draws, after a median of {statistics.median(ws)} windows per arm "
-                          f"({statistics.median(ws) * dec.window_s:g} s of window per arm)")
-        else:
-            console.print(f"{label}: never decided 'improved' within {rule.max_windows} windows per arm")
+        c = Simulator(pool, r, rec.design, draws=draws, seed=seed + 1,
+                      drift_check=rec.drift_check).case(0.0, cal.lab_time)
+        console.print(f"A/A with the {name}: unknown {c.unknown_pct:.2f}%, mean "
+                      f"{c.windows_per_arm:.1f} windows per arm")
+    edge = cases[rule.min_effect_pct]  # the band's edge: a false "same" is bounded by beta
+    console.print(f"false 'same' on a {rule.min_effect_pct:g}% effect (the band's edge): "
+                  f"{edge.same_pct:.2f}% of {edge.draws} (bound beta = {100 * rule.beta:g}%)")
+    console.print(f"calibrate: {cal.summary}", markup=False)
+    if cal.suggestion is not None:
+        console.print("\n".join(cal.suggestion.toml), markup=False)
 
 
 def report_live(console: Console, lives: list[Judgement], flashes: list[int], live_s: float) -> None:

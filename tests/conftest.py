@@ -103,6 +103,7 @@ vlab's bisect).
 
 LIGHT_MODULES = frozenset({
     "test_abtest_schedule", "test_agent", "test_board_health", "test_budgets_concurrency",
+    "test_calibration",
     "test_build_confinement", "test_call_cli", "test_ci_skips", "test_cli", "test_cli_startup",
     "test_compare_stats", "test_cpu_clock", "test_decision_rule", "test_device", "test_devtext_errors",
     "test_devtext_results", "test_docs", "test_door_logging", "test_dut_off",

@@ -19,7 +19,7 @@ from labwarden.core.paths import is_regular_file, within
 M = TypeVar("M", bound=BaseModel)
 _ID = re.compile(r"[a-z]{2,12}-[0-9a-f]{12}")
 
-# Format of the stored records (every kind: prof, swp, exp, bis, sat, tsw, run), written as each
+# Format of the stored records (every kind: prof, swp, exp, bis, sat, tsw, run, cal), written as each
 # file's top-level "record_format" key, as the transcript writes its event schema version. Do NOT
 # rename or remove a field of a stored record model, nor change what it means, without bumping
 # it; adding a field with a default keeps it (an older record reads with the default). A record
@@ -32,7 +32,7 @@ FORMAT_KEY = "record_format"
 
 MADE_BY = {"prof": "the `measure` tool", "swp": "the `sweep` tool", "exp": "the `experiment` tool",
            "bis": "the `bisect` tool", "sat": "the `saturate` tool",
-           "tsw": "the `traffic_sweep` tool", "run": "`labwarden run`"}
+           "tsw": "the `traffic_sweep` tool", "run": "`labwarden run`", "cal": "the `calibrate` tool"}
 """What writes each kind: the remedy for a record that cannot be read is to make it again."""
 
 

@@ -36,6 +36,7 @@ _OUTPUTS: dict[str, tuple[str, str]] = {
     "source_search": ("source_search", "SourceSearchOutput"),
     "source_read": ("source_read", "SourceReadOutput"),
     "patch_submit": ("patch_submit", "PatchSubmitOutput"),
+    "calibrate": ("calibrate", "CalibrateOutput"),
     "experiment": ("experiment", "ExperimentOutput"),
     "bisect": ("bisect", "BisectOutput"),
 }

@@ -38,6 +38,7 @@ _MODULES = {
     "source_search": "source_search",
     "source_read": "source_read",
     "patch_submit": "patch_submit",
+    "calibrate": "calibrate",
     "experiment": "experiment",
     "bisect": "bisect",
 }
