@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from labwarden.agent import summary
+from labwarden.agent import calibrated, summary
 from labwarden.agent.loop import (
     CONFIG,
     STATE,
@@ -168,6 +168,12 @@ async def _quiet(done: float, total: float | None, message: str) -> None:
     """Progress nobody asked to see."""
 
 
+def _with_calibration(text: str, line: str) -> str:
+    """summary.md with the night's calibration under its first line of facts (the stop)."""
+    head, sep, rest = text.partition("\n- **Sessions:**")
+    return f"{head}\n- **Calibration:** {line}{sep}{rest}" if sep else f"{text}\n- **Calibration:** {line}\n"
+
+
 @dataclass
 class LoopResult:
     session_id: str
@@ -179,11 +185,15 @@ class LoopResult:
 async def run_loop(profile: LabProfile, model: Model, *, goal: str | None, limits: Limits,
                    out_dir: Path | None, resume: str | None, hooks: Hooks | None = None,
                    progress: ProgressFn | None = None, on_start: StartFn | None = None,
-                   auto_resume: bool = True) -> LoopResult:
+                   auto_resume: bool = True,
+                   calibration: calibrated.CalibrationPolicy | None = None) -> LoopResult:
     """Run the loop to its stop and write its summary and report. The run owns `model` (made by
     the caller, so a missing API key fails before the lab is opened) and closes it. Without
     `resume`, an unfinished run of the same goal and lab is resumed (unless `auto_resume` is
-    off)."""
+    off). Before the model's first turn the night's calibration is found or made
+    (agent/calibrated.py, `calibration`: its age and whether it is skipped); an undecidable rule
+    raises calibrated.Undecidable and nothing else runs."""
+    policy = calibration or calibrated.CalibrationPolicy()
     try:
         async with _open(profile, progress or _quiet) as (ctx, places):
             assert ctx.transcript is not None and ctx.session_id is not None
@@ -216,6 +226,9 @@ async def run_loop(profile: LabProfile, model: Model, *, goal: str | None, limit
                     ctx.log(Note(author="labwarden", text=f"took over the DUT lease of {took} (resumed)"))
             if not goal:
                 raise TranscriptError("no goal", "pass --goal (or --resume a loop session)")
+            on_call = hooks.on_tool_end if hooks is not None else None
+            cal = await calibrated.ensure(ctx, policy, fleet=places is not None, on_call=on_call)
+            config["calibration"] = {k: v for k, v in cal.items() if k != "line"}
             config |= {"goal": goal, "budget_usd": limits.budget_usd,
                        "until": limits.until.isoformat() if limits.until else None}
             if not resume:
@@ -241,9 +254,10 @@ async def run_loop(profile: LabProfile, model: Model, *, goal: str | None, limit
             report.write_text(summary.html_report(ended, [sid, *chain], f"labwarden loop: {goal}",
                                                   ctx.data_dir, ctx.profile.target.uprobes))
             md = target / "summary.md"
-            md.write_text(summary.markdown(ended, [sid, *chain], goal=goal, stop=outcome.stop,
-                                           detail=outcome.detail, final_text=outcome.final_text,
-                                           report=report, data_dir=ctx.data_dir))
+            text = summary.markdown(ended, [sid, *chain], goal=goal, stop=outcome.stop,
+                                    detail=outcome.detail, final_text=outcome.final_text,
+                                    report=report, data_dir=ctx.data_dir)
+            md.write_text(_with_calibration(text, cal["line"]))
         return LoopResult(session_id=sid, outcome=outcome, summary=md, report=report)
     finally:
         await model.close()

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from labwarden.agent import overnight
+from labwarden.agent import calibrated, overnight
 from labwarden.agent.loop import CONFIG, Agent, Hooks, Limits, Outcome
 from labwarden.agent.model import DEFAULT_MODEL, Model, ModelOptions, Totals, check_priced
 from labwarden.agent.planner import PatchPlanner
@@ -195,10 +195,20 @@ def loop(lab: LabOpt = DEFAULT_LAB,
          ] = "model",
          patches: Annotated[Path | None, typer.Option(
              "--patches", help="with --planner patches: a directory of unified diffs (*.patch, "
-             "*.diff), each judged against the firmware's HEAD")] = None) -> None:
+             "*.diff), each judged against the firmware's HEAD")] = None,
+         calibration_max_age: Annotated[float, typer.Option(
+             "--calibration-max-age", min=0.0, max=24 * 365.0,
+             help="hours a calibration of the base build with this [decision] may be old for "
+             "the night to rest on it; without one the loop calibrates first, and refuses to "
+             "start when min_effect_pct is not decidable")] = calibrated.MAX_AGE_H,
+         skip_calibration: Annotated[bool, typer.Option(
+             "--skip-calibration", help="start without checking the rule against the lab's "
+             "noise (written in the transcript and the summary)")] = False) -> None:
     """Run the unattended patch-measure loop to a goal, within a budget and a deadline; writes a
     morning summary (markdown) and the HTML report; the same command after a crash resumes it.
-    `--planner patches --patches DIR` runs the same loop without a model or an API key."""
+    `--planner patches --patches DIR` runs the same loop without a model or an API key. It starts
+    only on a rule the lab can decide: a calibration (the `calibrate` tool) is found or made
+    first."""
     try:
         deadline = overnight.parse_until(until) if until else None
     except ValueError:
@@ -236,7 +246,9 @@ def loop(lab: LabOpt = DEFAULT_LAB,
         res = asyncio.run(overnight.run_loop(
             profile, client, goal=goal, limits=limits, out_dir=out_dir, resume=resume,
             hooks=printing_hooks(err, client.totals), progress=progress_printer(err), on_start=started,
-            auto_resume=not fresh))
+            auto_resume=not fresh,
+            calibration=calibrated.CalibrationPolicy(max_age_h=calibration_max_age,
+                                                     skip=skip_calibration)))
     except LabError as exc:  # the API stayed unreachable, the DUT did not answer, no such session
         fail_on(exc)
     out.print(f"stopped: {res.outcome.stop} -- {res.outcome.detail}\nsession: {res.session_id}\n"
