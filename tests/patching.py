@@ -48,3 +48,9 @@ NO_OP = ("/* Volatile counters: written directly, every sample. */",
 """wld.c: a comment -- the same code."""
 BROKEN = ("wld_ad_syncStats(ad);", "wld_ad_syncStats(ad) /* the ; went missing */")
 """wld.c: does not compile."""
+EFFECT_10 = ("\twork_us(COST_MARSHAL_US);",
+             "\twork_us(COST_MARSHAL_US / 10); /* bench: a tenth of the formatting's cost */")
+"""wld.c: the full reply's formatting costs a tenth of its calibrated work -- a ~10% effect of
+known size (bench/trust.py's "real effect" on the vlab; stad ~3 ms a station a poll at 114, this
+takes 333 us of it). Measured: -11.7% and -9.6% at 114 clients, both kept, on a quiet host
+(`bench/trust.py --lab-kind vlab --noops 0 --effects 2 --background off`, 2026-11-29)."""
