@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from labwarden.agent import overnight
+from labwarden.agent.calibrated import CalibrationPolicy
 from labwarden.agent.loop import Limits
 from labwarden.agent.model import Model, ModelOptions
 from labwarden.core.events import ToolCalled
@@ -118,7 +119,8 @@ async def run(lab: Path, out: Path, candidates: list[tuple[str, dict[str, object
         limits = Limits(budget_usd=50.0, max_turns=len(turns) + 2)
         t0 = time.monotonic()
         res = await overnight.run_loop(LabProfile.from_file(lab), model, goal="throughput",
-                                       limits=limits, out_dir=out, resume=None)
+                                       limits=limits, out_dir=out, resume=None,
+                                       calibration=CalibrationPolicy(skip=True))  # the loop's own time
         wall = time.monotonic() - t0
     assert res.outcome.stop == "done", res.outcome
     return wall, res.session_id

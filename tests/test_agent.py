@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from labwarden.agent import overnight, summary
+from labwarden.agent.calibrated import CalibrationPolicy
 from labwarden.agent.loop import RESUMED, STATE, Limits
 from labwarden.agent.model import Model, ModelOptions
 from labwarden.agent.overnight import parse_until
@@ -166,7 +167,7 @@ def test_loop_builds_flashes_verifies_sweeps_and_retries_lost_connections(lab: P
         Turn(text="DONE: baseline measured at 6 and 12 clients; nothing patched."),
     ]
     with MessagesStandIn(turns) as api:
-        res = runner.invoke(app, ["loop", "--lab", str(lab), "--base-url", api.url,
+        res = runner.invoke(app, ["loop", "--skip-calibration", "--lab", str(lab), "--base-url", api.url,
                                   "--goal", "measure the baseline", "--budget-usd", "5",
                                   "--until", "23:59", "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
@@ -195,7 +196,7 @@ def test_loop_builds_flashes_verifies_sweeps_and_retries_lost_connections(lab: P
 def test_budget_stop_ends_the_loop_with_a_summary(lab: Path, tmp_path: Path) -> None:
     turns = [Turn(tools=[ToolUse("lab_status")]), Turn(text="DONE: never reached")]
     with MessagesStandIn(turns) as api:
-        res = runner.invoke(app, ["loop", "--lab", str(lab), "--base-url", api.url,
+        res = runner.invoke(app, ["loop", "--skip-calibration", "--lab", str(lab), "--base-url", api.url,
                                   "--goal", "anything", "--budget-usd", "0.001",
                                   "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
@@ -214,8 +215,8 @@ def test_killed_loop_resumes_from_the_transcript(lab: Path, tmp_path: Path) -> N
         Turn(text="DONE: resumed and finished.", input_tokens=100),
     ]
     with MessagesStandIn(turns) as api:
-        proc = subprocess.Popen([LABWARDEN, "loop", "--lab", str(lab), "--base-url", api.url,
-                                 "--goal", "survive a crash", "--budget-usd", "1"],
+        proc = subprocess.Popen([LABWARDEN, "loop", "--skip-calibration", "--lab", str(lab),
+                                 "--base-url", api.url, "--goal", "survive a crash", "--budget-usd", "1"],
                                 env={**os.environ, "ANTHROPIC_API_KEY": "sk-standin"},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
@@ -226,7 +227,7 @@ def test_killed_loop_resumes_from_the_transcript(lab: Path, tmp_path: Path) -> N
         with _store(lab) as store:
             killed = _newest(store, "loop")
             assert store.session(killed)["ended_at"] is None
-        res = runner.invoke(app, ["loop", "--lab", str(lab), "--base-url", api.url,
+        res = runner.invoke(app, ["loop", "--skip-calibration", "--lab", str(lab), "--base-url", api.url,
                                   "--resume", killed, "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert len(api.requests) == 5
@@ -259,7 +260,7 @@ def test_guard_refusals_reach_the_model_and_a_budget_refusal_stops(lab: Path, tm
                          ToolUse("lab_status")]),
              Turn(text="DONE: never reached")]
     with MessagesStandIn(turns) as api:
-        res = runner.invoke(app, ["loop", "--lab", str(budgeted), "--base-url", api.url,
+        res = runner.invoke(app, ["loop", "--skip-calibration", "--lab", str(budgeted), "--base-url", api.url,
                                   "--goal", "anything", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert len(api.requests) == 1
@@ -276,7 +277,7 @@ def test_guard_refusals_reach_the_model_and_a_budget_refusal_stops(lab: Path, tm
     assert results[2]["is_error"] and over["code"] == "budget_exceeded"
 
 
-@pytest.mark.parametrize("door", [["chat", "-m", "hi"], ["loop", "--goal", "anything"]])
+@pytest.mark.parametrize("door", [["chat", "-m", "hi"], ["loop", "--skip-calibration", "--goal", "anything"]])
 def test_no_api_key_is_a_clear_error_before_the_lab_opens(lab: Path, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch,
                                                           door: list[str]) -> None:
@@ -398,7 +399,8 @@ def _library_loop(lab: Path, api: MessagesStandIn, goal: str, out: Path, *,
                                max_backoff_s=0.1))
     limits = Limits(budget_usd=1.0, until=until, max_turns=10)
     return asyncio.run(overnight.run_loop(LabProfile.from_file(lab), model, goal=goal, limits=limits,
-                                          out_dir=out, resume=None))
+                                          out_dir=out, resume=None,
+                                          calibration=CalibrationPolicy(skip=True)))
 
 
 def test_the_loop_retries_the_api_until_its_deadline_not_a_fixed_count(lab: Path, tmp_path: Path) -> None:
@@ -431,7 +433,7 @@ def test_the_same_command_line_resumes_a_crashed_loop_by_itself(lab: Path, tmp_p
     unfinished run and continues it; while that run's process lives it refuses to start a second
     one; once the run is done, the same command starts afresh."""
     goal = "resume by itself"
-    args = ["loop", "--lab", str(lab), "--goal", goal, "--budget-usd", "1"]
+    args = ["loop", "--skip-calibration", "--lab", str(lab), "--goal", goal, "--budget-usd", "1"]
     turns = [Turn(tools=[ToolUse("lab_status")]), Turn(hold=True),
              Turn(text="DONE: resumed without being told which session."),
              Turn(text="DONE: a fresh run.")]

@@ -124,7 +124,7 @@ def test_the_patch_planner_runs_the_loop_without_a_key(quick: Path, tmp_path: Pa
                     patches / "b-0901-gate.patch")  # then a fix: kept, left on B
     (patches / "README.txt").write_text("not a patch")
     out = tmp_path / "night"
-    res = runner.invoke(app, ["loop", "--lab", str(quick), "--planner", "patches",
+    res = runner.invoke(app, ["loop", "--skip-calibration", "--lab", str(quick), "--planner", "patches",
                               "--patches", str(patches), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "stopped: done" in res.output, res.output
@@ -170,10 +170,10 @@ def test_the_patch_planner_runs_the_loop_without_a_key(quick: Path, tmp_path: Pa
 
 
 def test_the_planner_refuses_what_it_cannot_run(quick: Path, tmp_path: Path) -> None:
-    empty = runner.invoke(app, ["loop", "--lab", str(quick), "--planner", "patches",
+    empty = runner.invoke(app, ["loop", "--skip-calibration", "--lab", str(quick), "--planner", "patches",
                                 "--patches", str(tmp_path)])
     assert empty.exit_code == 2 and "no *.patch or *.diff file" in empty.output, empty.output
-    bare = runner.invoke(app, ["loop", "--lab", str(quick), "--planner", "patches"])
+    bare = runner.invoke(app, ["loop", "--skip-calibration", "--lab", str(quick), "--planner", "patches"])
     assert bare.exit_code == 2 and "--patches DIR" in bare.output, bare.output
 
 

@@ -136,7 +136,8 @@ def test_the_loop_keeps_a_fix_refutes_a_no_op_and_drops_a_slower_patch(
     ]
     out = tmp_path / "run"
     with MessagesStandIn(turns) as api:
-        res = runner.invoke(app, ["loop", "--lab", str(lab), "--base-url", api.url, "--goal",
+        res = runner.invoke(app, ["loop", "--skip-calibration",
+                                  "--lab", str(lab), "--base-url", api.url, "--goal",
                                   "lower logfilt's CPU", "--budget-usd", "5", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert len(api.requests) == len(turns)

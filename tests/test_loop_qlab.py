@@ -103,7 +103,8 @@ def test_the_loop_keeps_the_gate_and_refutes_a_no_op(icount_qlab: Qlab, tmp_path
     out = tmp_path / "out"
     t0 = time.monotonic()
     with MessagesStandIn(turns) as api:
-        res = runner.invoke(app, ["loop", "--lab", str(lab), "--base-url", api.url, "--goal",
+        res = runner.invoke(app, ["loop", "--skip-calibration",
+                                  "--lab", str(lab), "--base-url", api.url, "--goal",
                                   "lower stad CPU at 114 stations", "--budget-usd", "5",
                                   "--out", str(out)])
     wall = time.monotonic() - t0

@@ -136,7 +136,8 @@ def under(events: list[ToolCalled], parent: ToolCalled) -> list[ToolCalled]:
 def loop(lab: Path, turns: list[Turn], goal: str, out: Path) -> tuple[list[ToolCalled], float]:
     t0 = time.monotonic()
     with MessagesStandIn(turns) as api:
-        res = runner.invoke(app, ["loop", "--lab", str(lab), "--base-url", api.url, "--goal", goal,
+        res = runner.invoke(app, ["loop", "--skip-calibration",
+                                  "--lab", str(lab), "--base-url", api.url, "--goal", goal,
                                   "--budget-usd", "5", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert len(api.requests) == len(turns)

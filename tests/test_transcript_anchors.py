@@ -116,7 +116,8 @@ def test_the_report_and_the_loop_summary_name_the_anchor(lab: VlabLayout, tmp_pa
 
     turns = [Turn(tools=[ToolUse("lab_status")]), Turn(text="DONE: nothing to do.")]
     with MessagesStandIn(turns) as api:
-        res = runner.invoke(app, ["loop", "--lab", str(lab.lab_toml), "--base-url", api.url,
+        res = runner.invoke(app, ["loop", "--skip-calibration",
+                                  "--lab", str(lab.lab_toml), "--base-url", api.url,
                                   "--goal", "look", "--budget-usd", "1", "--out", str(tmp_path)],
                             env={**os.environ, "ANTHROPIC_API_KEY": "sk-standin"})
     assert res.exit_code == 0, res.output
