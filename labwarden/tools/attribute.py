@@ -4,7 +4,9 @@ the target's CPU before, during and after: how much of the target's load the sus
 Mutates DUT state reversibly: the suspect is held in a ptrace stop by the DUT-side helper
 lw-pause (labwarden/lab/dut/lw_pause.c), which resumes it when labwarden stops it, at the
 deadline, when its session's output goes away, or when it dies (the kernel detaches a dead
-tracer's tracees), so a crashed or disconnected server cannot leave the suspect stopped.
+tracer's tracees), so a crashed or disconnected server cannot leave the suspect stopped. When the
+helper's session is lost mid-window the tool does not wait for the DUT to notice: it TERMs the
+helper over a fresh connection at once and reports the window as no attribution.
 The window is capped at MAX_WINDOW_S.
 """
 
@@ -15,7 +17,7 @@ import contextlib
 import logging
 import math
 import time
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -161,15 +163,25 @@ def _ended_by(pause: asyncio.Future[RunResult]) -> str:
     return words[-1] if len(words) >= 3 and words[-3] == "resumed" else "helper exited"
 
 
+def _session_lost(pause: asyncio.Future[RunResult]) -> bool:
+    """The helper's session ended without the helper's exit status: the connection broke (or the
+    exec was cancelled). The helper may still hold the suspect on the DUT."""
+    return pause.done() and (pause.cancelled() or pause.exception() is not None)
+
+
 async def _release(dev: Device, jobs: DutJobs, inst: ProcInstance, pause: asyncio.Future[RunResult],
                    notes: list[str]) -> tuple[bool, float, str]:
     """End the pause (stop the helper's job: TERM, it detaches), then verify the suspect runs
-    again. Closing the helper's session is not relied on: OpenSSH and dropbear send no SIGHUP."""
+    again. Closing the helper's session is not relied on: OpenSSH and dropbear send no SIGHUP,
+    and a DUT's sshd may miss a dropped client; so a lost session is followed by the same TERM,
+    over a fresh connection (a helper that already let go is not signalled: its pid file no
+    longer matches a live process)."""
     t0 = time.monotonic()
     by = _ended_by(pause) if pause.done() else "release"
-    if not pause.done():
+    if not pause.done() or _session_lost(pause):
         with contextlib.suppress(DeviceError):
             await jobs.stop("pause")
+    if not pause.done():
         await asyncio.wait([pause], timeout=3.0)
     pause.cancel()  # no-op when it ended; else its session is closed
     await asyncio.wait([pause])
@@ -180,6 +192,13 @@ async def _release(dev: Device, jobs: DutJobs, inst: ProcInstance, pause: asynci
         ok = await _last_resort(dev, inst, notes)
         by = "sigcont" if ok else "none"
     return ok, round(time.monotonic() - t0, 3), by
+
+
+def _broke(suspect: str, resumed: bool, notes: list[str]) -> ToolError:
+    return ToolError("device", f"the connection to the DUT broke during the window, so the "
+                     f"pause of {suspect} ended early and during_pct is no attribution; "
+                     f"{suspect} {'runs again' if resumed else 'may still be stopped'} "
+                     f"({'; '.join(notes)})", "check the link to the DUT, then retry")
 
 
 async def run(ctx: LabContext, inp: AttributeInput) -> AttributeOutput:
@@ -214,6 +233,7 @@ async def _attribute(ctx: LabContext, inp: AttributeInput, jobs: DutJobs, inst: 
     pause: asyncio.Future[RunResult] = asyncio.ensure_future(
         jobs.exec("pause", argv, timeout=inp.window_s + MARGIN_S + 30))
     released = False
+    window: asyncio.Future[float] | None = None
     try:
         if not await _wait_state(dev, inst, stopped=True, timeout=5.0, until=pause):
             res = await pause if pause.done() else None
@@ -221,7 +241,21 @@ async def _attribute(ctx: LabContext, inp: AttributeInput, jobs: DutJobs, inst: 
             raise ToolError("refused" if res is not None and res.exit_status == 2 else "device",
                             f"lw-pause did not pause {inp.suspect} (pid {inst.pid}): {why}",
                             "check that the suspect is the same instance and ptrace is allowed")
-        during = await _cpu(jobs, "during", target.pid, inp.window_s, clk_tck, want, notes)
+        window = asyncio.ensure_future(
+            _cpu(jobs, "during", target.pid, inp.window_s, clk_tck, want, notes))
+        either: list[asyncio.Future[Any]] = [window, pause]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not window.done() and _session_lost(pause):
+            # the connection broke mid-window: free the suspect now (TERM over a fresh
+            # connection), not after a window that can no longer be an attribution
+            window.cancel()
+            await asyncio.wait([window])
+            if not window.cancelled() and window.exception() is not None:
+                notes.append(f"the window's measurement ended with: {quote(window.exception())}")
+            resumed, _, _ = await _release(dev, jobs, inst, pause, notes)
+            released = True
+            raise _broke(inp.suspect, resumed, notes)
+        during = await window
         held = not pause.done() and await _wait_state(dev, inst, stopped=True, timeout=0.5)
         if not held:
             notes.append("the pause ended before the window did: during_pct is not clean")
@@ -229,11 +263,10 @@ async def _attribute(ctx: LabContext, inp: AttributeInput, jobs: DutJobs, inst: 
         resumed, after_s, by = await _release(dev, jobs, inst, pause, notes)
         released = True
         if by == "session lost":  # the connection dropped mid-window: the pause ended early
-            raise ToolError("device", f"the connection to the DUT broke during the window, so the "
-                            f"pause of {inp.suspect} ended early and during_pct is no attribution; "
-                            f"{inp.suspect} {'runs again' if resumed else 'may still be stopped'} "
-                            f"({'; '.join(notes)})", "check the link to the DUT, then retry")
+            raise _broke(inp.suspect, resumed, notes)
     finally:
+        if window is not None and not window.done():  # cancelled mid-window
+            window.cancel()
         if not released:  # failure or cancellation: the pause must not outlive this call
             outcome = "could not be verified (DUT unreachable?)"
             with contextlib.suppress(Exception):
