@@ -2,8 +2,9 @@
 dead-man guarantees (server killed, connection dropped, helper killed, deadline, cancellation):
 each time the suspect must run again before its window would have ended by itself -- an order
 seen side by side in the same run, never a number of seconds (the host is shared). The server
-killed outright is held to the helper's own deadline; its hang-up before the window's end is
-pinned by an xfail test until the vlab's sshd always hangs up (see its reason)."""
+killed outright is held both to the helper's own deadline and to a hang-up before the window's
+end (the vlab's sshd once skipped the hang-up when the helper's output reached it after the
+client died: labwarden/vlab/sshd.py _pump now drops such output instead of ending the pump)."""
 
 from __future__ import annotations
 
@@ -329,12 +330,6 @@ async def test_server_killed_mid_window(lab: VlabLayout) -> None:
         assert _pid(lab, "stamon") == pid
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "the vlab's sshd (labwarden/vlab/sshd.py _pump) skips the session's SIGHUP when the helper's "
-    "'paused' line reaches it after the client died: writing it to the closed channel raises "
-    "BrokenPipeError, which ends the output pump, read as the child's EOF; the helper then holds "
-    "until its own deadline (~2% of trials on a loaded host). Fixed by writing inside the "
-    "pump's suppress; until then this expectation is pinned, not enforced"))
 async def test_server_killed_mid_window_hang_up_beats_the_window(lab: VlabLayout) -> None:
     """kill -9 of the process running the tool: its TCP connection closes, the DUT's sshd hangs
     up the helper's session, the helper detaches -- before the window would have ended by

@@ -84,11 +84,14 @@ async def _session(layout: VlabLayout, registry: SessionRegistry,
 
 
 async def _pump(src: asyncio.StreamReader | None, dst: asyncssh.SSHWriter[bytes]) -> None:
-    """Copy a child's output to the channel until EOF (so exit status never overtakes data)."""
+    """Copy a child's output to the channel until EOF (so exit status never overtakes data).
+    Output that arrives after the client went away is read and dropped: a write to the closed
+    channel raising would end the pump early, which `_session` takes for the child's EOF -- and
+    then it waits for the child instead of hanging it up."""
     assert src is not None
     while chunk := await src.read(65536):
-        dst.write(chunk)
         with contextlib.suppress(asyncssh.Error, ConnectionError, BrokenPipeError):
+            dst.write(chunk)
             await dst.drain()
 
 
