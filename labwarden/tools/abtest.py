@@ -404,16 +404,17 @@ class AB:
     async def run(self, on_look: Callable[[str], Awaitable[None]] | None = None) -> Screening:
         t0 = time.monotonic()
         s = self.screening
-        await self._measure_a_switch()
-        self._choose_design()
-        await self._reuse()
-        arms = {"a": s.a, "b": s.b}
-        state = self.ctx.peek_state()
-        on_b = self.interleaved and state.fingerprint_ok() and state.verified_build == s.b.build_id
-        order = ["b", "a"] if on_b else ["a", "b"]  # start on the image that runs: one flash less
-        target = self.rule.min_windows
-        round_no = 0
         try:
+            await self._measure_a_switch()
+            self._choose_design()
+            await self._reuse()
+            arms = {"a": s.a, "b": s.b}
+            state = self.ctx.peek_state()
+            on_b = self.interleaved and state.fingerprint_ok() \
+                and state.verified_build == s.b.build_id
+            order = ["b", "a"] if on_b else ["a", "b"]  # start on the image that runs
+            target = self.rule.min_windows
+            round_no = 0
             while True:
                 for name in order:
                     arm = arms[name]
