@@ -315,9 +315,10 @@ def _tree() -> dict[str, Any]:
 
 def _busy() -> list[str]:
     """Other processes using CPU now (ps's top five by %CPU): other work sharing the machine."""
-    ps = subprocess.run(["ps", "-eo", "pcpu,etime,args", "--sort=-pcpu"], capture_output=True,
-                        text=True).stdout.splitlines()[1:6]
-    return [p.strip()[:160] for p in ps]
+    ps = subprocess.run(["ps", "-eo", "pid=,pcpu=,etime=,args=", "--sort=-pcpu"],
+                        capture_output=True, text=True).stdout.splitlines()
+    mine = str(os.getpid())
+    return [p.strip()[:160] for p in ps if p.split(None, 1)[0] != mine][:5]
 
 
 # ---- the report ------------------------------------------------------------------------------
@@ -417,7 +418,7 @@ def main() -> None:
     rng.shuffle(kinds)  # drift falls on both kinds alike
     root = Path(tempfile.mkdtemp(prefix="lw-trust-")) / args.lab_kind
     hog = Background(random.Random(args.seed + 1)) if args.background == "on" else None
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally blocks run: hog, lab down
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # as ^C: the hog killed, lab down
     before = {"loadavg": os.getloadavg(), "busy": _busy()}  # other work, before our lab is up
     try:
         with lab(args.lab_kind, root, args.clock, console) as profile:
@@ -440,12 +441,15 @@ def main() -> None:
             if hog is not None:
                 hog.start()
             asyncio.run(run_all(profile, plan, out, hog, console))
+    except KeyboardInterrupt:  # ^C or SIGTERM: what was done is in --out; the table of it below
+        console.print(f"[red]interrupted[/red]: the experiments done are in {out}")
     finally:
         if hog is not None:
             hog.stop()
             _append(out, {"type": "background", "switches": [[round(t, 1), on]
                                                              for t, on in hog.events]})
-    report(console, out)
+    if out.exists():
+        report(console, out)
 
 
 if __name__ == "__main__":
