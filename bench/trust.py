@@ -35,6 +35,7 @@ puts its own checkout first on sys.path, so the worktree's labwarden and tests a
 
     git worktree add /tmp/today 09e5cf4
     cp bench/trust.py /tmp/today/bench/ && cp tests/patching.py tests/logfilt_patches.py /tmp/today/tests/
+    ln -s "$PWD/.tools" /tmp/today/.tools      # inferno: without it every kept effect is dropped
     .venv/bin/python /tmp/today/bench/trust.py --lab-kind vlab --noops 20 --effects 10 \\
         --background on --out today-vlab.json
     .venv/bin/python bench/trust.py --report today-vlab.json now-vlab.json
