@@ -140,10 +140,20 @@ def test_the_loop_keeps_the_gate_and_refutes_a_no_op(icount_qlab: Qlab, tmp_path
     # order (cpu_monotonic) nor slope (rss_bounded) to judge
     assert swept and gate["sweep_a"] == swept["sweep_id"]  # the agent's baseline sweep was A's
     flashes = [e for e in session if e.call.tool == "flash"]
-    assert len(flashes) == 3 and all(f.call.ok for f in flashes)  # A was proven, never reflashed;
-    # B's sweep and the no-op's A: what ran already; the third puts the no-op's A (the kept
-    # gate) back once it was refuted: the board is left on the kept stack
+    # the qlab's flash is a reboot (interleave false): A in one block, B after it, then A again
+    # once B decided (A-B-A, drift_check) -- per experiment B and A again; the kept gate's B goes
+    # back for its full sweep (A's is the agent's baseline sweep), and the no-op's A (the kept
+    # gate) is what A-B-A left running when it was refuted: the board ends on the kept stack
+    assert [f.call.args["build_id"] for f in flashes] == [
+        gate["build_b"], gate["build_a"], gate["build_b"], noop["build_b"], noop["build_a"]]
+    assert all(f.call.ok for f in flashes)
     assert flashes[-1].call.args["build_id"] == noop["left_flashed"] == noop["build_a"] == gate["build_b"]
+    for x in (gate, noop):
+        scr = RecordStore(prof.data_dir()).load("exp", x["experiment_id"], Experiment).screening
+        assert scr is not None and scr.design == "blocks" and scr.a_again is not None, scr
+    # the no-op's A is the gate's B, screened minutes before: its windows stand in after a check
+    reused = RecordStore(prof.data_dir()).load("exp", noop["experiment_id"], Experiment).screening
+    assert reused is not None and reused.a_reuse, reused
     summary = (out / "summary.md").read_text()
     assert gate_id in summary.split("## Kept")[1].split("## ")[0]
     assert noop["patch"] in summary.split("## Refuted")[1].split("## ")[0]
