@@ -329,7 +329,9 @@ class AB:
 
         (a, ra), (b, rb) = kept(s.a), kept(s.b)
         taken = min(len(s.a.values), len(s.b.values)) >= self.rule.max_windows
-        if len(a) < 2 or len(b) < 2:
+        if len(a) < self.rule.min_windows or len(b) < self.rule.min_windows:
+            # a look needs min_windows per arm, kept ones: fewer, and the interval rests on a
+            # degree of freedom or two (a logfilt no-op read "improved" -8.3% on 2+3 kept)
             look = judge(s.a.values, s.b.values, self.rule, higher_is_worse=self.higher_is_worse,
                          margin_pct=self.margin_pct)
             return look.model_copy(update={
