@@ -37,7 +37,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from labwarden.core.decision import DecisionRule, Design, judge, judge_blocked
+from labwarden.core.decision import DecisionRule, Design, judge, judge_blocked, moved
 from labwarden.core.schedule import Interleave, interleaves
 
 POWER = 0.9
@@ -282,9 +282,9 @@ class Simulator:
         verdict, switches, windows = j.verdict, 2, len(a) + len(b)
         if self.drift_check and verdict != "unknown":  # A again after B (abtest's A-B-A): a
             # lab that moved between the A's makes the verdict unknown
-            again = judge(a, take(rule.min_windows), rule)
+            again = take(rule.min_windows)
             switches, windows = 3, windows + rule.min_windows
-            if again.verdict in ("improved", "regressed") and abs(again.delta_pct) > again.margin_pct:
+            if moved(a, again, rule) is not None:
                 verdict = "unknown"
         return _Outcome(verdict, len(b), windows, switches)
 

@@ -308,6 +308,14 @@ def judge_blocked(a: list[float], b: list[float], rounds_a: list[int], rounds_b:
                      higher_is_worse=higher_is_worse, margin_pct=margin_pct, design="blocked")
 
 
+def moved(before: list[float], now: list[float], rule: DecisionRule, *,
+          margin_pct: float | None = None) -> Judgement | None:
+    """Two measurements of one build disagree -- the rule's interval excludes 0 and the change is
+    beyond the band: the lab moved between them (A-B-A, a reused A's check). None: they agree."""
+    j = judge(before, now, rule, margin_pct=margin_pct)
+    return j if j.verdict in ("improved", "regressed") and abs(j.delta_pct) > j.margin_pct else None
+
+
 def next_windows(n: int, rule: DecisionRule) -> int:
     """Windows per arm at the look after one with `n` per arm (never past the cap)."""
     for k in rule.looks():

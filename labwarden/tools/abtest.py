@@ -33,6 +33,7 @@ from labwarden.core.decision import (
     Judgement,
     judge,
     judge_blocked,
+    moved,
     next_windows,
 )
 from labwarden.core.errors import LabError, ToolError
@@ -354,9 +355,7 @@ class AB:
     def _moved(self, before: list[float], now: list[float]) -> Judgement | None:
         """The two measurements of one build disagree: the rule's interval excludes 0 and the
         change is beyond the band (the lab moved between them). None when they agree."""
-        j = judge(before, now, self.rule, margin_pct=self.margin_pct)
-        return j if j.verdict in ("improved", "regressed") and abs(j.delta_pct) > j.margin_pct \
-            else None
+        return moved(before, now, self.rule, margin_pct=self.margin_pct)
 
     async def _reuse(self) -> None:
         """Blocks: A's windows of an earlier screening stand in for A's block when a check of
