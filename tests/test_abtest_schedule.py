@@ -241,14 +241,67 @@ async def test_a_round_whose_b_was_starved_of_cpu_is_left_out() -> None:
     assert s.final.verdict == "same", [j.describe() for j in s.looks]
 
 
-async def test_a_look_needs_min_windows_kept_per_arm() -> None:
-    """A window left out by the environment rule leaves B 2 of its 3 first windows: no verdict
-    rests on 2 kept windows (min_windows is 3) -- the first look is unknown and says why, the
-    next round decides. (A logfilt no-op read "improved" -8.3% on 2+3 kept windows.)"""
+async def test_a_window_left_out_is_replaced_before_the_look_counts() -> None:
+    """A window left out by the environment rule leaves B 2 of its 3 first windows: a round of
+    replacements (both arms, so the round holds A and B) comes before the look, and the first
+    look counts 3 kept windows per arm -- no verdict rests on 2 (a logfilt no-op read "improved"
+    -8.3% on 2+3 kept windows), and no unplanned look spends alpha."""
     ab = Scripted({"a": itertools.cycle([30.0, 30.2, 29.9]), "b": itertools.cycle([25.0, 25.1, 24.9])},
                   shift_pp=40.0, others={"a": itertools.cycle([5.0]),
                                          "b": itertools.cycle([5.0, 5.0, 100.0] + [5.0] * 10)})
     s = await ab.run()
-    first = s.looks[0]
-    assert first.verdict == "unknown" and first.note and "too few windows" in first.note
-    assert len(s.looks) >= 2 and s.final.verdict == "improved", [j.describe() for j in s.looks]
+    assert ab.segments == [("a", 3), ("b", 3), ("b", 1), ("a", 1)], ab.segments
+    assert s.b.left_out == [2] and len(s.looks) == 1, [j.describe() for j in s.looks]
+    assert (s.final.n_a, s.final.n_b) == (4, 3) and s.final.verdict == "improved"
+
+
+async def test_the_cap_counts_kept_windows_and_replacements_are_bounded() -> None:
+    """The cap (11) counts kept windows: an undecidable no-op whose every 4th B window ran beside
+    a hog takes windows past 11 to replace them -- but never more than max_windows + half of it
+    per arm (16), so lab time stays bounded, and the last look is the cap's, decided."""
+    ab = Scripted({"a": itertools.cycle([30.0, 40.0, 20.0]), "b": itertools.cycle([25.0, 38.0, 29.0])},
+                  shift_pp=40.0, others={"a": itertools.cycle([5.0]),
+                                         "b": itertools.cycle([5.0, 5.0, 5.0, 100.0])})
+    s = await ab.run()
+    taken = max(len(s.a.values), len(s.b.values))
+    assert RULE.max_windows < taken <= RULE.max_windows + RULE.max_windows // 2, ab.segments
+    assert s.b.left_out and s.final.decided and s.final.verdict == "unknown"
+    assert [j.n_a for j in s.looks][:-1] == RULE.looks()[:len(s.looks) - 1]
+    hogged = Scripted({"a": itertools.cycle([30.0, 40.0, 20.0]),
+                       "b": itertools.cycle([25.0, 38.0, 29.0])},
+                      shift_pp=40.0, others={"a": itertools.cycle([5.0]),
+                                             "b": itertools.cycle([5.0, 100.0])})
+    h = await hogged.run()  # half of B's windows left out: the limit, not the kept cap, stops it
+    assert len(h.b.values) == RULE.max_windows + RULE.max_windows // 2 and h.final.decided
+
+
+def test_niced_work_is_not_other_work() -> None:
+    """others_pct counts user + system + steal beyond the target, not nice: a QEMU at nice 19
+    fills what a -76% logfilt fix left idle (+46 pp in every B round), which is the patch, not
+    the environment. A hog at nice 0 (the drift bench's) still reads as other work."""
+    from datetime import UTC, datetime
+
+    from labwarden.core.kernelsplit import CpuSplit, KernelSplit
+    from labwarden.core.measurements import Window
+    from labwarden.tools.abtest import window_env
+
+    def split(user: float, nice: float) -> CpuSplit:
+        return CpuSplit(cpu="all", ticks=200, user_pct=user, nice_pct=nice, system_pct=5.0,
+                        irq_pct=0.0, softirq_pct=1.0, idle_pct=100 - user - nice - 6.0,
+                        iowait_pct=0.0, steal_pct=0.0, busy_pct=user + nice + 6.0,
+                        softirq_system_pct=6.0)
+
+    def window(user: float, nice: float) -> Window:
+        s = split(user, nice)
+        # model_construct: a window's conditions (pins, host) are not what this reads
+        k = KernelSplit(wall_s=4.0, total=s, per_cpu=[s, s], softirqs={}, busiest_cpu="cpu0",
+                        busiest_softirq_system_pct=6.0)
+        return Window.model_construct(rep=0, started_at=datetime.now(UTC), cpu_pct=20.0,
+                                      wait_pct=None, kernel=k)
+
+    quiet = window_env(window(user=10.0, nice=0.0))     # the target's 20% of 2 cores' 10%
+    niced = window_env(window(user=10.0, nice=40.0))    # a nice-19 QEMU filling the idle CPU
+    hog = window_env(window(user=60.0, nice=0.0))       # a busy loop at nice 0
+    assert quiet and niced and hog
+    assert quiet.others_pct == niced.others_pct == pytest.approx(10.0)
+    assert hog.others_pct == pytest.approx(110.0)

@@ -316,6 +316,12 @@ def moved(before: list[float], now: list[float], rule: DecisionRule, *,
     return j if j.verdict in ("improved", "regressed") and abs(j.delta_pct) > j.margin_pct else None
 
 
+def spare_windows(rule: DecisionRule) -> int:
+    """Windows an arm may take beyond the cap to replace those a pre-registered environment rule
+    left out: half the cap (the cap counts kept windows; this bounds the lab time)."""
+    return rule.max_windows // 2
+
+
 def next_windows(n: int, rule: DecisionRule) -> int:
     """Windows per arm at the look after one with `n` per arm (never past the cap)."""
     for k in rule.looks():

@@ -23,10 +23,12 @@ class WindowEnv(BaseModel):
     """What else ran on the DUT during one window (from the window's kernel split): the
     environment the decision rule's `environment_shift_pp` compares between A and B."""
 
-    others_pct: float | None = Field(description="the DUT's user + nice + system + steal time of all "
+    others_pct: float | None = Field(description="the DUT's user + system + steal time of all "
                               "cores minus the target's, % of one core (a CPU hog reads ~100; "
-                              "irq and softirq are left out: a patch moves them; None: the "
-                              "kernel split was not read)")
+                              "irq and softirq are left out: a patch moves them; nice time too: "
+                              "niced work fills what the target leaves idle, so it moves with "
+                              "the patch -- a target that itself runs niced reads low by its "
+                              "own CPU; None: the kernel split was not read)")
     steal_pct: float = Field(0.0, description="all cores' steal, % of one core")
     wait_pct: float | None = Field(None, description="the target waited this long on a run queue "
                                    "for a CPU, % of one core (None: not read): a starved target "

@@ -508,8 +508,9 @@ class DecisionSection(DecisionRule):
         "good's windows the same way. 0: A is always measured anew")
     environment_action: Literal["drop", "flag", "off"] = Field(
         "drop", examples=["drop"], description="drop: leave a moved round or window out of the "
-        "verdict (without interleaving, a moved B makes the verdict unknown); flag: keep it and "
-        "say so; off: no environment rule")
+        "verdict and take a replacement before the look counts (the cap counts kept windows; at "
+        "most max_windows / 2 replacements per arm); without interleaving, a moved B makes the "
+        "verdict unknown; flag: keep it and say so; off: no environment rule")
     offered_load_counter: str | None = Field(None, examples=["rpc_calls"], description="the "
                                              "uprobe counter ([target] uprobes) that measures the "
                                              "offered load (on the vlab, the monitor's RPC calls/s)")

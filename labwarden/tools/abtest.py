@@ -35,6 +35,7 @@ from labwarden.core.decision import (
     judge_blocked,
     moved,
     next_windows,
+    spare_windows,
 )
 from labwarden.core.errors import LabError, ToolError
 from labwarden.core.experiments import Arm, Screening, WindowEnv
@@ -132,7 +133,10 @@ def window_env(w: Window) -> WindowEnv | None:
     if k is None or not k.per_cpu:
         return WindowEnv(others_pct=None, wait_pct=w.wait_pct)
     t, cores = k.total, len(k.per_cpu)
-    busy = (t.user_pct + t.nice_pct + t.system_pct + t.steal_pct) * cores
+    # nice time is left out: niced work yields to the target and fills whatever CPU it leaves
+    # idle, so it moves with the patch (a QEMU at nice 19 beside logfilt read +46 pp of "other
+    # work" in every B round of a -76% fix, and 12 of 15 windows were left out)
+    busy = (t.user_pct + t.system_pct + t.steal_pct) * cores
     return WindowEnv(others_pct=round(max(busy - w.cpu_pct, 0.0), 2),
                      steal_pct=round(t.steal_pct * cores, 2), wait_pct=w.wait_pct)
 
@@ -329,7 +333,10 @@ class AB:
             return [arm.values[i] for i in idx], [rounds[i] for i in idx]
 
         (a, ra), (b, rb) = kept(s.a), kept(s.b)
-        taken = min(len(s.a.values), len(s.b.values)) >= self.rule.max_windows
+        # the cap counts kept windows; a window left out is replaced, up to spare_windows more
+        # taken per arm (lab time is bounded either way)
+        taken = (min(len(a), len(b)) >= self.rule.max_windows
+                 or self._at_limit(s.b) or (self.interleaved and self._at_limit(s.a)))
         if len(a) < self.rule.min_windows or len(b) < self.rule.min_windows:
             # a look needs min_windows per arm, kept ones: fewer, and the interval rests on a
             # degree of freedom or two (a logfilt no-op read "improved" -8.3% on 2+3 kept)
@@ -344,13 +351,33 @@ class AB:
         else:
             look = judge(a, b, self.rule, higher_is_worse=self.higher_is_worse,
                          margin_pct=self.margin_pct)
-        update: dict[str, object] = {"decided": look.decided or taken}  # the cap counts windows
-        # taken, not kept: a window left out is lab time spent
+        update: dict[str, object] = {"decided": look.decided or taken}
         if spoilt is not None:
             update.update(verdict="unknown", note=spoilt)
         elif left:
             update["note"] = f"{len(left)} window(s) left out by the environment rule"
         return look.model_copy(update=update)
+
+    def _at_limit(self, arm: Arm) -> bool:
+        return len(arm.values) >= self.rule.max_windows + spare_windows(self.rule)
+
+    def _want(self, name: str, arm: Arm, target: int) -> int:
+        """Windows `arm` should have taken for a look at `target` kept ones: the target plus the
+        windows the environment rule left out (interleaved: the larger count of either arm, so a
+        replacement round holds both), never past the limit. Blocks take A once, at the cap."""
+        if not self.interleaved and name == "a":
+            return max(self.rule.max_windows, len(arm.values))
+        s = self.screening
+        out = len(arm.left_out) if not self.interleaved else max(len(s.a.left_out),
+                                                                  len(s.b.left_out))
+        return min(target + out, self.rule.max_windows + spare_windows(self.rule))
+
+    def _short(self, target: int) -> bool:
+        """Some arm holds fewer kept windows than this look's target and may still replace."""
+        s = self.screening
+        arms = [s.a, s.b] if self.interleaved else [s.b]
+        return any(len(arm.values) - len(arm.left_out) < target and not self._at_limit(arm)
+                   for arm in arms)
 
     def _moved(self, before: list[float], now: list[float]) -> Judgement | None:
         """The two measurements of one build disagree: the rule's interval excludes 0 and the
@@ -419,13 +446,17 @@ class AB:
             while True:
                 for name in order:
                     arm = arms[name]
-                    if self.interleaved or name == "b":
-                        want = target
-                    else:  # A once, at the cap; B adds windows against it
-                        want = max(self.rule.max_windows, len(arm.values))
+                    want = self._want(name, arm, target)
                     if want > len(arm.values):
                         await self._take(name, arm, want - len(arm.values), round_no)
                 look = self._look()
+                if not look.decided and self._short(target):
+                    # windows left out are replaced before this look counts: the looks (and
+                    # the alpha each spends) stay the planned ones
+                    if self.interleaved:
+                        round_no += 1
+                        order.reverse()
+                    continue
                 if look.decided and not self.interleaved and self.drift_check \
                         and look.verdict != "unknown":
                     look = await self._again(look)
