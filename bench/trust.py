@@ -6,6 +6,10 @@ every build differs) and a ~10% effect, in a seeded random order, each one `patc
     .venv/bin/python bench/trust.py --lab-kind vlab|logfilt|qlab [--noops 20] [--effects 10]
         [--background on|off] [--out FILE.json] [--seed 1] [--clock CLOCK]
     .venv/bin/python bench/trust.py --report FILE.json [FILE.json ...]   # the table again
+    .venv/bin/python bench/trust.py --lab-kind logfilt --calibrate --noops 0 --effects 0
+
+--calibrate: the `calibrate` tool on the lab first (before the background starts: the lab's own
+noise), its numbers printed and appended to --out as a `calibration` line.
 
 The labs: the vlab (`vlab up`); logfilt, the suite's second firmware (a daemon with no clients,
 flashed by `sysupgrade` over SSH onto a DUT behind Debian's dropbear on this host:
@@ -280,6 +284,29 @@ async def one(ctx: Any, kind: str, name: str, diff: str | None,
     return row
 
 
+async def calibrate(profile: LabProfile, out: Path, console: Console) -> None:
+    """The calibrate tool on the lab's running build, as an agent or the loop would call it."""
+    async with open_lab(profile, client="bench") as ctx:
+        rec = await call_tool(ctx, "calibrate", {})
+    if not (rec.ok and rec.result):
+        console.print(f"[red]calibrate: {rec.error}[/red]")
+        _append(out, {"type": "calibration", "error": str(rec.error)})
+        return
+    cal = rec.result
+    aa, at = cal["aa"], cal["at_min_effect"]
+    row = {"type": "calibration", "calibration_id": cal["calibration_id"],
+           "design": cal["design"], "windows": cal["noise"]["windows"],
+           "window_s": cal["noise"]["window_s"], "mean": cal["noise"]["mean"],
+           "cv_pct": cal["noise"]["cv_pct"], "min_effect_pct": cal["rule"]["min_effect_pct"],
+           "decidable": cal["decidable"], "smallest_effect_pct": cal["smallest_effect_pct"],
+           "found_pct": at["improved_pct"], "aa_same_pct": aa["same_pct"],
+           "aa_false_pct": aa["improved_pct"] + aa["regressed_pct"],
+           "minutes_noop": aa["minutes"], "minutes_effect": at["minutes"],
+           "summary": cal["summary"]}
+    _append(out, row)
+    console.print(f"calibration {cal['calibration_id']}: {cal['summary']}", highlight=False)
+
+
 async def run_all(profile: LabProfile, plan: list[tuple[str, str, str | None]], out: Path,
                   hog: Background | None, console: Console) -> None:
     async with open_lab(profile, client="bench") as ctx:
@@ -351,8 +378,11 @@ def report(console: Console, path: Path) -> None:
                   _num(statistics.median(r["lab_seconds"] / 60 for r in decided)
                        if decided else None, ".2f"),
                   _num(sum(lab_s) / 60 / len(decided) if decided else None, ".2f"))
-    console.print(t)
-    checks(console, exps)
+    for cal in (r for r in rows if r.get("type") == "calibration"):
+        console.print(f"calibration: {cal.get('summary') or cal.get('error')}", highlight=False)
+    if exps:
+        console.print(t)
+        checks(console, exps)
     hog = [r["hog_on"] for r in exps if r.get("hog_on") is not None]
     if hog:
         console.print(f"the background was on for {100 * statistics.fmean(hog):.0f}% of the "
@@ -405,6 +435,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="JSON lines, appended per experiment")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--clock", default=None, help="qlab: the guest clock (`qlab up --clock`)")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="run the calibrate tool on the lab first, before the background starts")
     ap.add_argument("--report", type=Path, nargs="+", default=None,
                     help="print the table of earlier runs' --out files and exit")
     args = ap.parse_args()
@@ -439,6 +471,8 @@ def main() -> None:
                           "decision": profile.decision.model_dump(mode="json")})
             console.print(f"{len(plan)} experiments on the {args.lab_kind} ({root}), background "
                           f"{args.background}; results appended to {out}")
+            if args.calibrate:
+                asyncio.run(calibrate(profile, out, console))
             if hog is not None:
                 hog.start()
             asyncio.run(run_all(profile, plan, out, hog, console))
