@@ -76,7 +76,13 @@ def _agree(got: sampler.SamplerResult) -> None:
     counted = ticks.mean / ticks.resolution_pct  # ticks in the window
     assert abs(ns.mean - ticks.mean) <= ticks.resolution_pct * (
         sampler.TICKS_SLACK + sampler.SKEW_SLACK * counted), (ns, ticks)
-    assert ns.resolution_pct is not None and ns.resolution_pct < ticks.resolution_pct
+    # ns has no count step, only the timestamps' (mean x 10 ms / span): finer than one tick
+    # below a full core; a process at 100% of a core reads the same step either way (a quiet
+    # box: 0.334 vs 0.333 -- the ns mean 100.2%, the ticks' 100.0%)
+    span = got.samples[-1].t - got.samples[0].t
+    assert ns.resolution_pct == pytest.approx(abs(ns.mean) * 0.01 / span, rel=0.02), ns
+    one_tick = 100.0 / _clk() / span
+    assert ns.resolution_pct < one_tick or ns.mean >= 99.0, (ns, one_tick)
     assert len(ns.series) == len(got.samples) - 1
 
 
@@ -225,41 +231,6 @@ def test_an_old_record_reads_as_ticks(tmp_path: Path) -> None:
         "ticks, one tick 0.25 = 3.6% of it"
     assert row.model_copy(update={"cpu_clock": "schedstat_ns", "resolution_pct": 0.0175}) \
         .cpu_step == "schedstat ns, step 0.018 = 0.25% of it"
-
-
-def test_the_targets_wait_for_a_cpu_shows_a_hog_beside_it() -> None:
-    """The sampler reads each thread's run-queue wait too (schedstat's second field): a worker
-    pinned to one CPU with three busy loops pinned beside it waits for that CPU a large part of
-    the window; alone on its CPU it waits far less. Relative: both read in this run. Three hogs,
-    not one: beside the suite's other streams one hog raised the wait only 14 -> 23.5%, on a
-    quiet box 3 hogs read 0.9 -> 31.7%."""
-    if not shutil.which("taskset"):
-        pytest.fail("taskset (util-linux) is missing")
-    cpu = str(max(os.sched_getaffinity(0)))
-    worker = subprocess.Popen(["taskset", "-c", cpu, sys.executable, "-c",
-                               "import time\nwhile True:\n t = time.perf_counter()\n"
-                               " while time.perf_counter() - t < 0.003: pass\n time.sleep(0.007)"])
-    try:
-        def wait() -> float:
-            got = sampler.parse(subprocess.run(sampler.argv(worker.pid, 4), capture_output=True,
-                                               text=True, check=True).stdout)
-            w = got.wait_pct()
-            assert w is not None, got.samples[:1]
-            return w
-
-        alone = wait()
-        hogs = [subprocess.Popen(["taskset", "-c", cpu, sys.executable, "-c", "while True: pass"])
-                for _ in range(3)]
-        try:
-            beside = wait()
-        finally:
-            for hog in hogs:
-                hog.kill()
-                hog.wait()
-    finally:
-        worker.kill()
-        worker.wait()
-    assert beside > alone + 10, (alone, beside)
 
 
 def test_a_sampler_line_without_the_wait_still_parses() -> None:
