@@ -287,6 +287,14 @@ async def one(ctx: Any, kind: str, name: str, diff: str | None,
 async def calibrate(profile: LabProfile, out: Path, console: Console) -> None:
     """The calibrate tool on the lab's running build, as an agent or the loop would call it."""
     async with open_lab(profile, client="bench") as ctx:
+        state = ctx.peek_state()
+        if state.flashed_build is None:  # logfilt's DUT starts empty: the base build on it
+            built = await call_tool(ctx, "build", {"patches": []})
+            if built.ok and built.result:
+                await call_tool(ctx, "flash", {"build_id": built.result["build_id"]})
+            state = ctx.peek_state()
+        if state.flashed_build and not state.fingerprint_ok():  # flashed, not yet verified
+            await call_tool(ctx, "fingerprint_verify", {"build_id": state.flashed_build})
         rec = await call_tool(ctx, "calibrate", {})
     if not (rec.ok and rec.result):
         console.print(f"[red]calibrate: {rec.error}[/red]")
