@@ -312,7 +312,8 @@ async def calibrate(profile: LabProfile, out: Path, console: Console) -> None:
            "minutes_noop": aa["minutes"], "minutes_effect": at["minutes"],
            "summary": cal["summary"]}
     _append(out, row)
-    console.print(f"calibration {cal['calibration_id']}: {cal['summary']}", highlight=False)
+    console.print(f"calibration {cal['calibration_id']}: {cal['summary']}", highlight=False,
+                  markup=False)  # the summary names [decision]: text, not a style tag
 
 
 async def run_all(profile: LabProfile, plan: list[tuple[str, str, str | None]], out: Path,
@@ -387,7 +388,8 @@ def report(console: Console, path: Path) -> None:
                        if decided else None, ".2f"),
                   _num(sum(lab_s) / 60 / len(decided) if decided else None, ".2f"))
     for cal in (r for r in rows if r.get("type") == "calibration"):
-        console.print(f"calibration: {cal.get('summary') or cal.get('error')}", highlight=False)
+        console.print(f"calibration: {cal.get('summary') or cal.get('error')}", highlight=False,
+                      markup=False)
     if exps:
         console.print(t)
         checks(console, exps)
