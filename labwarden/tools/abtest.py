@@ -358,8 +358,12 @@ class AB:
             update["note"] = f"{len(left)} window(s) left out by the environment rule"
         return look.model_copy(update=update)
 
+    def _limit(self) -> int:
+        """Windows an arm may take in all: the cap plus the replacements."""
+        return self.rule.max_windows + spare_windows(self.rule)
+
     def _at_limit(self, arm: Arm) -> bool:
-        return len(arm.values) >= self.rule.max_windows + spare_windows(self.rule)
+        return len(arm.values) >= self._limit()
 
     def _want(self, name: str, arm: Arm, target: int) -> int:
         """Windows `arm` should have taken for a look at `target` kept ones: the target plus the
@@ -370,7 +374,7 @@ class AB:
         s = self.screening
         out = len(arm.left_out) if not self.interleaved else max(len(s.a.left_out),
                                                                   len(s.b.left_out))
-        return min(target + out, self.rule.max_windows + spare_windows(self.rule))
+        return min(target + out, self._limit())
 
     def _short(self, target: int) -> bool:
         """Some arm holds fewer kept windows than this look's target and may still replace."""
