@@ -235,7 +235,10 @@ def test_a_playbook_var_set_too_deep_is_cut_for_the_runner_to_refuse() -> None:
 
 def test_stdio_from_a_file_cuts_deep_arguments_too(lab: VlabLayout, tmp_path: Path) -> None:
     """stdin a regular file (not a pipe): the SDK's threaded transport serves it, its lines cut
-    the same way -- the deep call refused `too_deep` and logged, not dropped unanswered."""
+    the same way -- the deep call refused `too_deep` and logged, not dropped unanswered. The
+    file ends right after the requests: the end of input must not cancel what is still running
+    (the SDK took it for a client that left and answered nothing: CI, once in ~20 runs), so a
+    real lab_status that reads the DUT after it is answered too."""
     before = len(_refusals(lab))
     script = tmp_path / "requests.jsonl"
     script.write_text("\n".join([
@@ -243,7 +246,9 @@ def test_stdio_from_a_file_cuts_deep_arguments_too(lab: VlabLayout, tmp_path: Pa
             "protocolVersion": VERSION, "capabilities": {},
             "clientInfo": {"name": "raw-file", "version": "0"}}}),
         json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        _deep_call(1, DEEP["lists-200"])]) + "\n")
+        _deep_call(1, DEEP["lists-200"]),
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": "lab_status", "arguments": {}}})]) + "\n")
     with script.open("rb") as stdin:
         done = subprocess.run([LABWARDEN, "serve", "--lab", str(lab.lab_toml)], stdin=stdin,
                               capture_output=True, env={**os.environ}, timeout=120)
@@ -251,3 +256,4 @@ def test_stdio_from_a_file_cuts_deep_arguments_too(lab: VlabLayout, tmp_path: Pa
     refused = _refused_json(replies[1]["result"]["content"][0]["text"])
     assert replies[1]["result"]["isError"] and refused["code"] == "too_deep", replies[1]
     assert len(_refusals(lab)) == before + 1
+    assert not replies[2]["result"].get("isError"), replies[2]

@@ -13,7 +13,9 @@ bench/tool_overhead.py measures both transports side by side.
 Like the SDK, it claims the descriptors while it serves: fd 0 reads /dev/null and fd 1 writes
 to stderr, so a stray print or a child process cannot corrupt the protocol; both are restored
 afterwards. Anything else (a file, a terminal: descriptors shared with a shell, which
-non-blocking mode would disturb; Windows) keeps the SDK's transport, its lines cut the same way.
+non-blocking mode would disturb; Windows) keeps the SDK's transport, its lines cut the same way
+and its end of input held until every request read was answered (a file's EOF is not a client
+that left).
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ import os
 import stat
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Self
 
 import anyio
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
 from labwarden.core.nesting import clip_text
 
@@ -95,6 +99,103 @@ class _ClippedLines:
         raise StopAsyncIteration
 
 
+class _Unanswered:
+    """Request ids read and not yet answered, for holding a file's EOF until they are.
+
+    The SDK's dispatcher takes the end of stdin for the client leaving and cancels whatever is
+    still running. Read from a file (or a terminal's ^D), EOF only means the requests are all
+    written: the client is still there to read the replies, so the read side ends only after
+    every request it read was answered (or cancelled by the client)."""
+
+    def __init__(self) -> None:
+        self._ids: set[object] = set()
+        self._empty = anyio.Event()
+        self._empty.set()
+
+    def read(self, item: object) -> None:
+        msg = item.message if isinstance(item, SessionMessage) else None
+        if isinstance(msg, JSONRPCRequest):
+            self._ids.add(msg.id)
+            self._empty = anyio.Event() if self._empty.is_set() else self._empty
+        elif isinstance(msg, JSONRPCNotification) and msg.method == "notifications/cancelled":
+            self._settle((msg.params or {}).get("requestId"))
+
+    def wrote(self, item: object) -> None:
+        msg = item.message if isinstance(item, SessionMessage) else None
+        if isinstance(msg, JSONRPCResponse | JSONRPCError):
+            self._settle(msg.id)
+
+    def _settle(self, request_id: object) -> None:
+        self._ids.discard(request_id)
+        if not self._ids:
+            self._empty.set()
+
+    async def drained(self) -> None:
+        await self._empty.wait()
+
+
+class _Tracked:
+    """One of the SDK's message streams, seen by _Unanswered; closing passes through."""
+
+    def __init__(self, inner: Any, pending: _Unanswered) -> None:
+        self._inner = inner
+        self._pending = pending
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _AnsweredReads(_Tracked):
+    """The SDK's read stream, its end held back until every request read was answered."""
+
+    @property
+    def last_context(self) -> Any:  # the dispatcher restores each sender's context from it
+        return getattr(self._inner, "last_context", None)
+
+    def __aiter__(self) -> _AnsweredReads:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def receive(self) -> Any:
+        try:
+            item = await self._inner.receive()
+        except anyio.EndOfStream:
+            await self._pending.drained()
+            raise
+        self._pending.read(item)
+        return item
+
+
+
+class _AnsweredWrites(_Tracked):
+    """The SDK's write stream, noting each reply for _Unanswered."""
+
+    async def send(self, item: Any) -> None:
+        await self._inner.send(item)
+        self._pending.wrote(item)
+
+
+
+def _answered(streams: tuple[Any, Any]) -> tuple[Any, Any]:
+    pending = _Unanswered()
+    read, write = streams
+    return _AnsweredReads(read, pending), _AnsweredWrites(write, pending)
+
+
 @contextlib.asynccontextmanager
 async def _sdk_transport() -> AsyncIterator[tuple[Any, Any]]:
     """The SDK's transport, reading stdin through the same cut. stdin is read as the SDK reads
@@ -112,7 +213,7 @@ async def _sdk_transport() -> AsyncIterator[tuple[Any, Any]]:
     text = io.TextIOWrapper(os.fdopen(wire, "rb"), encoding="utf-8", errors="replace")
     try:
         async with stdio_server(stdin=_ClippedLines(anyio.wrap_file(text))) as streams:  # type: ignore[arg-type]
-            yield streams
+            yield _answered(streams)
     finally:
         os.dup2(saved, 0)
         os.close(saved)
