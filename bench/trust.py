@@ -74,6 +74,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's labwarden and tests (a worktree of another commit)
 
+from pydantic import ValidationError  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -228,6 +229,28 @@ def effect_patch(kind: str) -> tuple[str, str | None]:
         from tests import logfilt_patches
         return "effect-10", logfilt_patches.diff("logfilt.c", logfilt_patches.EFFECT_10)
     return "0901", None
+
+
+def with_decision(profile: LabProfile, sets: list[str]) -> LabProfile:
+    """The profile with `--decision KEY=JSON` settings, validated as the profile would be (a
+    bad key or value stops the bench before the lab is used)."""
+    if not sets:
+        return profile
+    updates: dict[str, Any] = {}
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            sys.exit(f"--decision {item!r}: expected KEY=JSON, e.g. round_windows=1")
+        try:
+            updates[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            updates[key] = raw  # a bare word: a string
+    try:
+        dec = type(profile.decision).model_validate(
+            {**profile.decision.model_dump(exclude_unset=True), **updates})
+    except ValidationError as e:
+        sys.exit(f"--decision: {e}")
+    return profile.model_copy(update={"decision": dec})
 
 
 # ---- one experiment --------------------------------------------------------------------------
@@ -447,6 +470,9 @@ def main() -> None:
     ap.add_argument("--clock", default=None, help="qlab: the guest clock (`qlab up --clock`)")
     ap.add_argument("--calibrate", action="store_true",
                     help="run the calibrate tool on the lab first, before the background starts")
+    ap.add_argument("--decision", action="append", default=[], metavar="KEY=JSON",
+                    help="set a [decision] key of the lab's profile for this run (repeatable), "
+                    "e.g. --decision round_windows=1")
     ap.add_argument("--report", type=Path, nargs="+", default=None,
                     help="print the table of earlier runs' --out files and exit")
     args = ap.parse_args()
@@ -465,6 +491,7 @@ def main() -> None:
     before = {"loadavg": os.getloadavg(), "busy": _busy()}  # other work, before our lab is up
     try:
         with lab(args.lab_kind, root, args.clock, console) as profile:
+            profile = with_decision(profile, args.decision)
             eff_name, eff_diff = effect_patch(args.lab_kind)
             plan: list[tuple[str, str, str | None]] = []
             for i, kind in enumerate(kinds):

@@ -29,7 +29,8 @@ class Scripted(AB):
                  others: dict[str, itertools.cycle[float]] | None = None,
                  shift_pp: float | None = None, drift_check: bool = False,
                  reuse_a: Arm | None = None, measured: float | None = None,
-                 waits: dict[str, itertools.cycle[float]] | None = None) -> None:
+                 waits: dict[str, itertools.cycle[float]] | None = None,
+                 rule: DecisionRule = RULE) -> None:
         board = SimpleNamespace(fingerprint_ok=lambda: board.verified_build is not None,
                                 verified_build=on, switch_s=switch_s)
         self.board, self.measured = board, measured
@@ -38,7 +39,7 @@ class Scripted(AB):
             environment_action="drop" if shift_pp else "off", drift_check=drift_check,
             environment_wait_pp=10.0)),
             peek_state=lambda: board)
-        super().__init__(ctx, "img-a", "img-b", stations=114, rule=RULE, window_s=4.0,  # type: ignore[arg-type]
+        super().__init__(ctx, "img-a", "img-b", stations=114, rule=rule, window_s=4.0,  # type: ignore[arg-type]
                          interleave=interleave,  # type: ignore[arg-type]
                          reuse_a=reuse_a, reuse_from="exp-earlier" if reuse_a else None)
         self.values = values
@@ -86,6 +87,38 @@ async def test_the_schedule_stops_at_the_first_decided_look(b: list[float], verd
     s = await ab.run()
     assert [j.n_a for j in s.looks] == looks and s.final.verdict == verdict, \
         [j.describe() for j in s.looks]
+
+
+async def test_pairs_take_one_window_per_arm_a_round() -> None:
+    """`round_windows = 1`: every round is one window of each arm (A B, B A, ...: one switch a
+    round), each window tagged with its own round, and the looks stay the rule's (3, 5, ...
+    kept windows per arm); the blocked analysis then reads the pairs' differences."""
+    rule = RULE.model_copy(update={"round_windows": 1})
+    ab = Scripted({"a": itertools.cycle([30.0, 40.0, 20.0]), "b": itertools.cycle([25.0, 38.0, 29.0])},
+                  rule=rule)
+    s = await ab.run()
+    assert [(j.n_a, j.n_b, j.verdict) for j in s.looks] == [(n, n, "unknown") for n in rule.looks()]
+    assert ab.segments[:6] == [("a", 1), ("b", 1), ("b", 1), ("a", 1), ("a", 1), ("b", 1)]
+    assert all(k == 1 for _, k in ab.segments) and len(ab.segments) == 2 * rule.max_windows
+    assert s.a.rounds == s.b.rounds == list(range(rule.max_windows))
+    switches = sum(x[0] != y[0] for x, y in itertools.pairwise(ab.segments))
+    assert switches == rule.max_windows  # one per round: each starts where the last one ended
+
+
+async def test_a_left_out_pair_is_replaced_by_a_pair() -> None:
+    """Pairs with the environment rule: a round whose A and B ran under different loads is left
+    out whole, and one more pair replaces it before the look counts."""
+    rule = RULE.model_copy(update={"round_windows": 1})
+    ab = Scripted({"a": itertools.cycle([30.0, 30.3, 29.8]), "b": itertools.cycle([20.1, 19.9, 20.2])},
+                  rule=rule, shift_pp=40.0,
+                  others={"a": itertools.cycle([5.0, 5.0, 5.0, 5.0]),
+                          "b": itertools.cycle([5.0, 90.0, 5.0, 5.0])},
+                  waits={"a": itertools.cycle([0.0]), "b": itertools.cycle([0.0])})
+    s = await ab.run()
+    assert s.final.verdict == "improved" and (s.final.n_a, s.final.n_b) == (3, 3), s.final
+    assert ab.segments == [("a", 1), ("b", 1), ("b", 1), ("a", 1), ("a", 1), ("b", 1),
+                           ("b", 1), ("a", 1)]  # the 4th pair replaces the 2nd
+    assert s.a.left_out == s.b.left_out == [1] and "round 2" in s.environment[0]
 
 
 async def test_it_starts_on_the_image_that_runs() -> None:

@@ -177,7 +177,7 @@ def rule_of(decision: DecisionRule) -> DecisionRule:
 def design_of(interleave: Interleave, switch_s: float | None, rule: DecisionRule, *,
               window_s: float, settle_s: float) -> Design:
     """The analysis an A/B on this lab gets (core/schedule.py)."""
-    on = interleaves(interleave, switch_s, window_s=window_s, step_windows=rule.step_windows,
+    on = interleaves(interleave, switch_s, window_s=window_s, step_windows=rule.round_step(),
                      settle_s=settle_s)
     return "blocked" if on else "independent"
 
@@ -258,19 +258,22 @@ class Simulator:
             b: list[float] = []
             ra: list[int] = []
             rb: list[int] = []
-            for r, n in enumerate(looks):
-                k = n - len(a)
-                first_a = d.a_first == (r % 2 == 0)
-                for arm_a in (first_a, not first_a):
-                    if arm_a:
-                        a += take(k)
-                        ra += [r] * k
-                    else:
-                        b += [v * scale for v in take(k)]
-                        rb += [r] * k
+            r = 0  # rounds as abtest takes them: a look's windows in one, or round_windows each
+            for n in looks:
+                while len(a) < n:
+                    k = min(n - len(a), rule.round_windows or n)
+                    first_a = d.a_first == (r % 2 == 0)
+                    for arm_a in (first_a, not first_a):
+                        if arm_a:
+                            a += take(k)
+                            ra += [r] * k
+                        else:
+                            b += [v * scale for v in take(k)]
+                            rb += [r] * k
+                    r += 1
                 j = judge_blocked(a, b, ra, rb, rule)
                 if j.decided:
-                    return _Outcome(j.verdict, n, 2 * n, r + 2)  # one per round, one to begin
+                    return _Outcome(j.verdict, n, 2 * n, r + 1)  # one per round, one to begin
             raise AssertionError("the last look is at the cap")
         a = take(rule.max_windows)
         b = []

@@ -75,6 +75,13 @@ class DecisionRule(BaseModel):
                               "while the verdict is 'unknown'")
     max_windows: int = Field(15, ge=2, le=200, examples=[15], description="windows per arm at "
                              "most: an 'unknown' here stays unknown")
+    round_windows: int | None = Field(
+        None, ge=1, le=100, examples=[1], description="interleaved: windows per arm in one "
+        "round (A's then B's, a switch of image between them). 1: pairs -- every window of B "
+        "beside one of A, the rule's interval from the spread of the pairs' differences, so "
+        "windows that follow each other alike (a background that lasts longer than a window) "
+        "cannot narrow it; each pair costs a switch. Not set: a round adds a look's windows "
+        "(min_windows, then step_windows), one switch per look")
 
     @model_validator(mode="after")
     def _schedule(self) -> DecisionRule:
@@ -89,6 +96,10 @@ class DecisionRule(BaseModel):
         if out[-1] != self.max_windows:
             out.append(self.max_windows)
         return out
+
+    def round_step(self) -> int:
+        """Windows per arm a round of the interleaved design adds after the first look's."""
+        return self.round_windows or self.step_windows
 
     def alpha_per_look(self) -> float:
         return self.alpha / len(self.looks())

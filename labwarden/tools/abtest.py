@@ -179,6 +179,7 @@ class AB:
         self.load: load_drivers.LoadDriver | None = None  # bound at the first segment
         self.fresh_boot = False  # switched before the first segment: it settles
         self.reuse_a, self.reuse_from = reuse_a, reuse_from
+        self.round_no = 0  # the interleaved design's current round (each window is tagged)
 
     def _driver(self) -> load_drivers.LoadDriver:
         if self.load is None:
@@ -265,8 +266,8 @@ class AB:
         if self.interleave == "auto":
             settle = float(getattr(dec, "settle_s", 0.0))
             self.interleaved = interleaves("auto", s.switch_s, window_s=self.window_s,
-                                           step_windows=self.rule.step_windows, settle_s=settle)
-            budget = self.rule.step_windows * self.window_s + settle
+                                           step_windows=self.rule.round_step(), settle_s=settle)
+            budget = self.rule.round_step() * self.window_s + settle
             s.design_why = ("auto: no switch of image measured on this lab yet" if s.switch_s is None
                             else f"auto: a switch of image took {s.switch_s:g} s "
                             f"{'<=' if self.interleaved else '>'} the {budget:g} s a round adds")
@@ -433,6 +434,26 @@ class AB:
             "note": f"unknown: the lab moved -- A again after B reads {again.delta_pct:+.1f}% "
                     f"from A before B ({again.interval_text()}, band +-{again.margin_pct:g}%)"})
 
+    async def _fill(self, arms: dict[str, Arm], order: list[str], target: int) -> None:
+        """Windows until each arm holds what the look at `target` wants (_want). Blocks: in one
+        go. Interleaved: in rounds -- `round_windows` per arm each (1: pairs), else all of the
+        look's in one round -- every round starting on the build the last one ended on (one
+        switch per round: `order` is reversed after each)."""
+        per_round = self.rule.round_windows if self.interleaved else None
+        while True:
+            wants = {name: self._want(name, arms[name], target) - len(arms[name].values)
+                     for name in order}
+            for name in order:
+                k = wants[name] if per_round is None else min(wants[name], per_round)
+                if k > 0:
+                    await self._take(name, arms[name], k, self.round_no)
+            if not self.interleaved:
+                return
+            self.round_no += 1
+            order.reverse()
+            if per_round is None or all(k <= per_round for k in wants.values()):
+                return
+
     async def run(self, on_look: Callable[[str], Awaitable[None]] | None = None) -> Screening:
         t0 = time.monotonic()
         s = self.screening
@@ -446,20 +467,12 @@ class AB:
                 and state.verified_build == s.b.build_id
             order = ["b", "a"] if on_b else ["a", "b"]  # start on the image that runs
             target = self.rule.min_windows
-            round_no = 0
             while True:
-                for name in order:
-                    arm = arms[name]
-                    want = self._want(name, arm, target)
-                    if want > len(arm.values):
-                        await self._take(name, arm, want - len(arm.values), round_no)
+                await self._fill(arms, order, target)
                 look = self._look()
                 if not look.decided and self._short(target):
                     # windows left out are replaced before this look counts: the looks (and
                     # the alpha each spends) stay the planned ones
-                    if self.interleaved:
-                        round_no += 1
-                        order.reverse()
                     continue
                 if look.decided and not self.interleaved and self.drift_check \
                         and look.verdict != "unknown":
@@ -470,8 +483,5 @@ class AB:
                 if look.decided:
                     return s
                 target = next_windows(target, self.rule)
-                if self.interleaved:
-                    round_no += 1
-                    order.reverse()  # start where the last round ended: one flash per round
         finally:
             s.seconds = round(time.monotonic() - t0, 2)
