@@ -13,6 +13,7 @@ import pytest
 
 from labwarden.core.decision import DecisionRule, judge
 from labwarden.core.experiments import Arm, WindowEnv
+from labwarden.lab.config import DecisionSection
 from labwarden.tools.abtest import AB
 
 pytestmark = pytest.mark.anyio
@@ -30,14 +31,14 @@ class Scripted(AB):
                  shift_pp: float | None = None, drift_check: bool = False,
                  reuse_a: Arm | None = None, measured: float | None = None,
                  waits: dict[str, itertools.cycle[float]] | None = None,
-                 rule: DecisionRule = RULE) -> None:
+                 rule: DecisionRule = RULE, others_action: str = "drop") -> None:
         board = SimpleNamespace(fingerprint_ok=lambda: board.verified_build is not None,
                                 verified_build=on, switch_s=switch_s)
         self.board, self.measured = board, measured
         ctx = SimpleNamespace(profile=SimpleNamespace(decision=SimpleNamespace(
             offered_load_counter=None, settle_s=0.0, environment_shift_pp=shift_pp,
             environment_action="drop" if shift_pp else "off", drift_check=drift_check,
-            environment_wait_pp=10.0)),
+            environment_wait_pp=10.0, environment_others_action=others_action)),
             peek_state=lambda: board)
         super().__init__(ctx, "img-a", "img-b", stations=114, rule=rule, window_s=4.0,  # type: ignore[arg-type]
                          interleave=interleave,  # type: ignore[arg-type]
@@ -216,6 +217,43 @@ async def test_a_round_whose_b_ran_beside_a_hog_is_left_out_and_said() -> None:
     bare = await run(None).run()
     assert not bare.environment and not bare.b.left_out
     assert bare.looks[1].delta_pct > s.looks[1].delta_pct  # the hog's round counted there
+
+
+async def test_by_default_other_work_is_flagged_and_a_starved_target_left_out() -> None:
+    """The profile's default (`environment_others_action = "flag"`): round 2's B beside a hog
+    (others 100% of a core against 5%) is kept and said ("flagged (kept)"); a B whose target
+    waited 30% of a core for a CPU is still left out -- only what the target felt drops a
+    window. Blocks: a moved B is flagged, the verdict stands."""
+    default = DecisionSection.model_fields["environment_others_action"].default
+    assert default == "flag"
+    b = itertools.cycle([30.0, 30.2, 29.9, 34.6, 34.4, 30.1, 29.9, 30.0, 30.2, 29.8, 30.1])
+    hog = Scripted({"a": itertools.cycle([30.0, 31.2, 28.9, 30.0, 30.1]), "b": b},
+                   shift_pp=40.0, others_action=default,
+                   others={"a": itertools.cycle([5.0]),
+                           "b": itertools.cycle([5.0] * 3 + [100.0] * 2 + [5.0] * 6)},
+                   waits={"a": itertools.cycle([1.0]), "b": itertools.cycle([1.0])})
+    s = await hog.run()
+    assert any(n.startswith("flagged (kept): round 2") and "other work" in n
+               for n in s.environment), s.environment
+    assert not s.b.left_out and not s.a.left_out  # the hog's round counts
+    starved = Scripted({"a": itertools.cycle([30.0, 31.2, 28.9, 30.0, 30.1]),
+                        "b": itertools.cycle([30.0, 30.2, 29.9, 24.0, 24.1, 30.1, 29.9, 30.0])},
+                       shift_pp=40.0, others_action=default,
+                       others={"a": itertools.cycle([150.0]), "b": itertools.cycle([150.0])},
+                       waits={"a": itertools.cycle([1.0]),
+                              "b": itertools.cycle([1.0] * 3 + [30.0] * 2 + [1.0] * 6)})
+    t = await starved.run()
+    assert any(n.startswith("left out: round 2") and "waiting for a CPU" in n
+               for n in t.environment), t.environment
+    assert {3, 4} <= set(t.b.left_out)
+    blocks = Scripted({"a": itertools.cycle([30.0, 30.2, 29.9]),
+                       "b": itertools.cycle([25.0, 25.1, 24.9])}, interleave=False,
+                      shift_pp=40.0, others_action=default,
+                      others={"a": itertools.cycle([5.0]), "b": itertools.cycle([100.0])},
+                      waits={"a": itertools.cycle([1.0]), "b": itertools.cycle([1.0])})
+    u = await blocks.run()
+    assert u.final.verdict == "improved", u.final.describe()
+    assert any(n.startswith("flagged (kept): between A and B") for n in u.environment)
 
 
 async def test_without_interleaving_a_is_measured_again_and_a_moved_lab_is_unknown() -> None:

@@ -493,8 +493,16 @@ class DecisionSection(DecisionRule):
     environment_shift_pp: float = Field(
         40.0, gt=0, examples=[40.0], description="what else ran on the DUT (its CPU outside the "
         "target, % of one core) may differ by at most this between a round's A and B windows, "
-        "and between a window and its block's median; beyond it the round or window is left "
-        "out of the verdict (or flagged: environment_action), and the screening says so")
+        "and between a window and its block's median; beyond it the round or window is "
+        "flagged, or left out of the verdict (environment_others_action), and the screening "
+        "says so")
+    environment_others_action: Literal["drop", "flag"] = Field(
+        "flag", examples=["flag"], description="what environment_shift_pp does to a round or "
+        "window beside moved other work when environment_action is drop: flag (keep it, say so) "
+        "or drop it like a starved target. flag by default: other work the target does not "
+        "feel is noise the design cancels, and dropping it cost lab time for nothing -- on the "
+        "vlab's drift bench a CPU hog beside stad left 192 of 342 windows out while stad's "
+        "wait stayed under 2% and its CPU moved a few %, in no single direction")
     environment_wait_pp: float = Field(
         10.0, gt=0, examples=[10.0], description="the target's own wait for a CPU (run-queue "
         "delay, % of one core) may differ by at most this between a round's A and B windows, and "
@@ -508,7 +516,8 @@ class DecisionSection(DecisionRule):
         "good's windows the same way. 0: A is always measured anew")
     environment_action: Literal["drop", "flag", "off"] = Field(
         "drop", examples=["drop"], description="drop: leave a moved round or window out of the "
-        "verdict and take a replacement before the look counts (the cap counts kept windows; at "
+        "verdict (other work: as environment_others_action says) and take a replacement before "
+        "the look counts (the cap counts kept windows; at "
         "most max_windows / 2 replacements per arm); without interleaving, a moved B makes the "
         "verdict unknown; flag: keep it and say so; off: no environment rule")
     offered_load_counter: str | None = Field(None, examples=["rpc_calls"], description="the "

@@ -13,9 +13,11 @@ the profile's `[decision] interleave` says):
   windows against it (Welch) -- an A of min_windows would leave the interval a few degrees of
   freedom, and a no-op could never be called "same"; once B decided, A is measured again
   (`drift_check`: A-B-A) and a lab that moved between the A's makes the verdict unknown.
-Each window carries what else ran on the DUT (its CPU outside the target); the pre-registered
-`environment_shift_pp` leaves out (or flags) a round whose A and B ran under different loads, or
-a window unlike its block -- always said in the screening, never silently.
+Each window carries what else ran on the DUT (its CPU outside the target) and the target's own
+wait for a CPU; the pre-registered environment rule flags a round whose A and B ran beside
+different other work, or a window unlike its block (`environment_shift_pp`; left out only when
+`environment_others_action = "drop"`), and leaves out one whose target waited differently
+(`environment_wait_pp`) -- always said in the screening, never silently.
 
 Every flash, verification, association and measurement is a nested call (`ctx.call`): guarded
 (each flash takes its slot of `flashes_per_hour`), logged under the calling tool's call; the
@@ -172,6 +174,7 @@ class AB:
         self.shift_pp: float | None = None if self.env_action == "off" \
             else getattr(dec, "environment_shift_pp", None)
         self.wait_pp: float = getattr(dec, "environment_wait_pp", 10.0)
+        self.others_action: str = getattr(dec, "environment_others_action", "flag")
         self.drift_check: bool = getattr(dec, "drift_check", False)
         self.screening = Screening(stations=stations, window_s=window_s, metric=metric,
                                    a=Arm(build_id=a), b=Arm(build_id=b), looks=[])
@@ -279,20 +282,23 @@ class AB:
     def _environment(self) -> tuple[set[tuple[str, int]], str | None]:
         """The environment rule: (windows left out as (arm, index), why the verdict cannot
         stand -- blocks whose A and B ran under different loads). Two figures per window, each
-        with its pre-registered limit: the DUT's CPU outside the target (`shift_pp`) and the
-        target's own wait for a CPU (`wait_pp`). Notes go to the screening."""
+        with its pre-registered limit: the DUT's CPU outside the target (`shift_pp`: flagged,
+        or dropped when `others_action` says so) and the target's own wait for a CPU
+        (`wait_pp`: dropped). Notes go to the screening, each saying what was done."""
         s = self.screening
         out: set[tuple[str, int]] = set()
-        notes: list[str] = []
+        notes: list[str] = []  # (what the note says), each prefixed with what was done
         if self.shift_pp is None:
             return out, None
-        limits = {"others": (self.shift_pp, "of other work"),
-                  "wait": (self.wait_pp, "of waiting for a CPU")}
+        drop = self.env_action == "drop"
+        limits = {"others": (self.shift_pp, "of other work", drop and self.others_action == "drop"),
+                  "wait": (self.wait_pp, "of waiting for a CPU", drop)}
         arms = {"a": s.a, "b": s.b}
         rounds = sorted({r for arm in arms.values() for r in arm.rounds})
         spoilt: str | None = None
         for r in rounds:
-            for fig, (limit, words) in limits.items():
+            for fig, (limit, words, drops) in limits.items():
+                verb = "left out: " if drops else "flagged (kept): "
                 medians: dict[str, float] = {}
                 for name, arm in arms.items():
                     seen = {i: v for i, rr in enumerate(arm.rounds)
@@ -303,23 +309,24 @@ class AB:
                     medians[name] = med
                     for i, v in seen.items():
                         if abs(v - med) > limit:
-                            out.add((name, i))
-                            notes.append(f"{name.upper()} window {i + 1}: {v:.0f}% of a core "
-                                         f"{words} against its block's {med:.0f}%")
+                            if drops:
+                                out.add((name, i))
+                            notes.append(f"{verb}{name.upper()} window {i + 1}: {v:.0f}% of a "
+                                         f"core {words} against its block's {med:.0f}%")
                 if len(medians) == 2 and abs(medians["a"] - medians["b"]) > limit:
                     what = (f"A ran with {medians['a']:.0f}% of a core {words}, B with "
                             f"{medians['b']:.0f}%")
                     if self.interleaved:
-                        out |= {(n, i) for n, arm in arms.items()
-                                for i, rr in enumerate(arm.rounds) if rr == r}
-                        notes.append(f"round {r + 1}: {what}")
-                    else:
+                        if drops:
+                            out |= {(n, i) for n, arm in arms.items()
+                                    for i, rr in enumerate(arm.rounds) if rr == r}
+                        notes.append(f"{verb}round {r + 1}: {what}")
+                    elif drops:
                         spoilt = f"unknown: the environment moved between A and B ({what})"
-                        notes.append(spoilt)
-        verb = "left out" if self.env_action == "drop" else "flagged (kept)"
-        s.environment = [f"{verb}: {n}" for n in dict.fromkeys(notes)]
-        if self.env_action != "drop":
-            return set(), None
+                        notes.append(f"{verb}{spoilt}")
+                    else:
+                        notes.append(f"{verb}between A and B: {what}")
+        s.environment = list(dict.fromkeys(notes))
         return out, spoilt
 
     def _look(self) -> Judgement:
