@@ -287,7 +287,7 @@ class AB:
         (`wait_pp`: dropped). Notes go to the screening, each saying what was done."""
         s = self.screening
         out: set[tuple[str, int]] = set()
-        notes: list[str] = []  # (what the note says), each prefixed with what was done
+        notes: list[str] = []  # each begins with what was done: "left out: " or "flagged (kept): "
         if self.shift_pp is None:
             return out, None
         drop = self.env_action == "drop"
