@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from labwarden.guardrails.lease import Lease, holder_name
+from labwarden.guardrails.lease import STALE_LOCK_S, Lease, holder_name
 from labwarden.lab.boardstate import BoardState
 from labwarden.lab.config import LabProfile
 from labwarden.lab.dut.device import Device
@@ -179,6 +179,32 @@ async def test_a_renewal_takes_back_a_lease_a_reboot_wiped(lab: VlabLayout) -> N
             await mine.release()
             for stale in lab.run_dir.glob("labwarden.lease*"):
                 stale.unlink()
+
+
+async def test_a_mutex_left_by_a_killed_step_is_waited_out(lab: VlabLayout) -> None:
+    """A lease step killed inside its mutex (its connection broke: the drift bench saw it) leaves
+    `labwarden.lease.lock` behind; it is removed once older than STALE_LOCK_S. The next acquire
+    waits that out instead of failing -- before, it gave up after 100 quick tries (~7 s) and every
+    call until the lock went stale failed."""
+    prof = LabProfile.from_file(lab.lab_toml)
+    lock = lab.run_dir / "labwarden.lease.lock"
+    lock.mkdir()
+    old = time.time() - (STALE_LOCK_S - 15)  # stale in ~15 s: past the old give-up
+    os.utime(lock, (old, old))
+    async with Device(prof.ssh_endpoint()) as dev:
+        mine = Lease(dev, prof.dut.paths.run, holder_name("tester", "s-after-break"), ttl_s=60)
+        try:
+            assert await mine.acquire() is None
+            # taken only once the lock went stale: it waited, it did not step around the mutex
+            assert time.time() - old > STALE_LOCK_S
+            assert (lab.run_dir / "labwarden.lease").read_text().split()[0] == mine.holder
+        finally:
+            await mine.release()
+            for stale in lab.run_dir.glob("labwarden.lease*"):
+                if stale.is_dir():
+                    stale.rmdir()
+                else:
+                    stale.unlink()
 
 
 async def test_eight_contenders_for_an_expired_lease_leave_one_holder(lab: VlabLayout) -> None:

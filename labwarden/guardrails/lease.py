@@ -55,6 +55,7 @@ if ! mkdir "$f.lock" 2>/dev/null; then
   say busy; exit 3
 fi
 trap 'rmdir "$f.lock" 2>/dev/null' EXIT
+trap 'exit 1' HUP INT TERM PIPE  # a broken connection's hangup still frees the mutex
 read_lease
 live=0
 case $until in ''|*[!0-9]*) ;; *) if [ "$until" -gt "$now" ]; then live=1; fi ;; esac
@@ -127,18 +128,26 @@ class Lease:
         self.held = False
 
     async def _op(self, op: str, expected: str = "") -> tuple[str, LeaseInfo | None]:
-        """Run one lease step on the DUT: (status, the lease as it is after it)."""
-        for _ in range(100):  # the mutex is held for a few commands: a busy answer is brief
+        """Run one lease step on the DUT: (status, the lease as it is after it). A busy mutex is
+        waited out: a live holder keeps it for a few commands; one left by a step killed inside
+        it (a connection that broke) is removed once older than STALE_LOCK_S, so the wait lasts
+        past that -- giving up sooner failed every call in between (seen on the drift bench:
+        three experiments in a row, each after ~7 s)."""
+        deadline = time.monotonic() + STALE_LOCK_S + 10
+        pause = 0.05
+        while True:
             res = await self.dev.run(["sh", "-c", _SCRIPT, "lw-lease", op, self.path, self.holder,
                                       str(max(1, round(self.ttl_s))), expected], timeout=15)
             status, _, rest = res.stdout.strip().partition(" ")
             now, _, line = rest.partition(" ")
             if status != "busy":
                 break
-            await asyncio.sleep(0.05)
-        else:
-            raise DeviceError(f"the DUT's lease lock {self.path}.lock stayed busy",
-                              f"remove {self.path}.lock on the DUT if no labwarden runs")
+            if time.monotonic() > deadline:
+                raise DeviceError(f"the DUT's lease lock {self.path}.lock stayed busy for "
+                                  f"{STALE_LOCK_S + 10} s (a lock is stale after {STALE_LOCK_S} s)",
+                                  f"remove {self.path}.lock on the DUT if no labwarden runs")
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 1.0)
         if status not in ("ok", "held", "lost", "released", "notours"):
             raise DeviceError(f"the lease step {op} failed on the DUT: {quote(res.stderr or res.stdout)}",
                               "check that the DUT's run dir is writable ([dut.paths] run)")
