@@ -19,7 +19,8 @@ from labwarden.tools.abtest import AB
 pytestmark = pytest.mark.anyio
 
 RULE = DecisionRule(alpha=0.02, beta=0.1, min_effect_pct=5.0, min_windows=3, step_windows=2,
-                    max_windows=11)
+                    max_windows=11, round_windows="look")
+"""A look's windows per round: the schedule most tests here pin (pairs and "auto" have their own)."""
 
 
 class Scripted(AB):
@@ -31,14 +32,16 @@ class Scripted(AB):
                  shift_pp: float | None = None, drift_check: bool = False,
                  reuse_a: Arm | None = None, measured: float | None = None,
                  waits: dict[str, itertools.cycle[float]] | None = None,
-                 rule: DecisionRule = RULE, others_action: str = "drop") -> None:
+                 rule: DecisionRule = RULE, others_action: str = "drop",
+                 flashes_per_hour: int | None = None) -> None:
         board = SimpleNamespace(fingerprint_ok=lambda: board.verified_build is not None,
                                 verified_build=on, switch_s=switch_s)
         self.board, self.measured = board, measured
         ctx = SimpleNamespace(profile=SimpleNamespace(decision=SimpleNamespace(
             offered_load_counter=None, settle_s=0.0, environment_shift_pp=shift_pp,
             environment_action="drop" if shift_pp else "off", drift_check=drift_check,
-            environment_wait_pp=10.0, environment_others_action=others_action)),
+            environment_wait_pp=10.0, environment_others_action=others_action),
+            policy=SimpleNamespace(budgets=SimpleNamespace(flashes_per_hour=flashes_per_hour))),
             peek_state=lambda: board)
         super().__init__(ctx, "img-a", "img-b", stations=114, rule=rule, window_s=4.0,  # type: ignore[arg-type]
                          interleave=interleave,  # type: ignore[arg-type]
@@ -104,6 +107,25 @@ async def test_pairs_take_one_window_per_arm_a_round() -> None:
     assert s.a.rounds == s.b.rounds == list(range(rule.max_windows))
     switches = sum(x[0] != y[0] for x, y in itertools.pairwise(ab.segments))
     assert switches == rule.max_windows  # one per round: each starts where the last one ended
+
+
+@pytest.mark.parametrize(("flashes_per_hour", "first_round"), [
+    (None, [("a", 1), ("b", 1)]),   # no flash budget (a vlab): pairs
+    (12, [("a", 1), ("b", 1)]),     # the hour holds one A/B at the cap (11 pairs + 1): pairs
+    (11, [("a", 3), ("b", 3)]),     # it does not: a look's windows per round
+])
+async def test_auto_rounds_are_pairs_where_the_flash_budget_holds_them(
+        flashes_per_hour: int | None, first_round: list[tuple[str, int]]) -> None:
+    """`round_windows = "auto"` (the default) settles on the profile's flash budget, never on
+    what is left of it this hour: the design is fixed before any window."""
+    rule = RULE.model_copy(update={"round_windows": "auto"})
+    ab = Scripted({"a": itertools.cycle([30.0, 40.0, 20.0]), "b": itertools.cycle([25.0, 38.0, 29.0])},
+                  rule=rule, flashes_per_hour=flashes_per_hour)
+    s = await ab.run()
+    assert ab.segments[:2] == first_round
+    assert ab.rule.round_windows == (1 if first_round[0][1] == 1 else "look")
+    assert len(ab.segments) == (2 * rule.max_windows if first_round[0][1] == 1 else 2 * len(rule.looks()))
+    assert s.final.n_a == rule.max_windows
 
 
 async def test_a_left_out_pair_is_replaced_by_a_pair() -> None:

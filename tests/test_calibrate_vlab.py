@@ -91,7 +91,8 @@ def test_calibrate_stores_its_windows_and_numbers_that_follow_from_them(
     # the conditions: the verified baseline, the densest point, the profile's rule and window
     assert rec.build_id == out.build_id == prof.build.baseline and rec.place is None
     assert rec.stations == load_drivers.points(prof)[-1] and rec.workload == out.workload
-    assert rec.rule == rule_of(prof.decision) == out.rule and rec.window_s == 2.0
+    assert rec.rule == rule_of(prof.decision, prof.policy.budgets.flashes_per_hour) == out.rule
+    assert rec.window_s == 2.0
     assert rec.design == out.design and rec.switch_s == out.switch_s
     # the windows are the measurements' own, in the order taken
     windows = [w.cpu_pct for pid in rec.profile_ids

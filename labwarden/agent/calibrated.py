@@ -54,7 +54,7 @@ class Undecidable(LabError):
 def newest_fitting(ctx: LabSession, base: str, max_age_h: float) -> tuple[CalibrationRecord | None, str]:
     """The newest calibration that speaks for tonight, or None and why the newest does not."""
     prof, dec = ctx.profile, ctx.profile.decision
-    rule = rule_of(dec)
+    rule = rule_of(dec, prof.policy.budgets.flashes_per_hour)
     design = design_of(dec.interleave, ctx.peek_state().switch_s, rule,
                        window_s=dec.window_s, settle_s=dec.settle_s)
     store = RecordStore(ctx.data_dir)

@@ -169,9 +169,11 @@ class CalibrationRecord(BaseModel):
     result: Calibration
 
 
-def rule_of(decision: DecisionRule) -> DecisionRule:
-    """The pre-registered rule of a profile's [decision] (which adds the measuring settings)."""
-    return DecisionRule.model_validate(decision.model_dump(include=set(DecisionRule.model_fields)))
+def rule_of(decision: DecisionRule, flashes_per_hour: int | None) -> DecisionRule:
+    """The pre-registered rule of a profile's [decision] (which adds the measuring settings),
+    its rounds settled for the profile's flash budget as an A/B settles them."""
+    rule = DecisionRule.model_validate(decision.model_dump(include=set(DecisionRule.model_fields)))
+    return rule.resolved(flashes_per_hour)
 
 
 def design_of(interleave: Interleave, switch_s: float | None, rule: DecisionRule, *,
@@ -261,7 +263,7 @@ class Simulator:
             r = 0  # rounds as abtest takes them: a look's windows in one, or round_windows each
             for n in looks:
                 while len(a) < n:
-                    k = min(n - len(a), rule.round_windows or n)
+                    k = min(n - len(a), rule.per_round() or n)
                     first_a = d.a_first == (r % 2 == 0)
                     for arm_a in (first_a, not first_a):
                         if arm_a:
@@ -442,7 +444,10 @@ def describe(cal: Calibration) -> str:
     lag = "" if nz.lag1 is None else f", lag-1 autocorrelation {nz.lag1:+.2f}"
     flashes = "" if cal.lab_time.switch_s is not None else " (switches of image not counted: " \
         "none measured yet)"
-    design = "interleaved, blocked by round" if cal.design == "blocked" else \
+    k = r.per_round()
+    rounds = "pairs" if k == 1 else "rounds of a look's windows" if k is None else \
+        f"rounds of {k} windows per arm"
+    design = f"interleaved in {rounds}, blocked by round" if cal.design == "blocked" else \
         "A in one block at the cap, B after it"
     smallest = f"{cal.smallest_effect_pct:g}%" if cal.smallest_effect_pct is not None else "over 50%"
     lines = [

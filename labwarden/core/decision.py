@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -75,13 +75,15 @@ class DecisionRule(BaseModel):
                               "while the verdict is 'unknown'")
     max_windows: int = Field(15, ge=2, le=200, examples=[15], description="windows per arm at "
                              "most: an 'unknown' here stays unknown")
-    round_windows: int | None = Field(
-        None, ge=1, le=100, examples=[1], description="interleaved: windows per arm in one "
-        "round (A's then B's, a switch of image between them). 1: pairs -- every window of B "
-        "beside one of A, the rule's interval from the spread of the pairs' differences, so "
-        "windows that follow each other alike (a background that lasts longer than a window) "
-        "cannot narrow it; each pair costs a switch. Not set: a round adds a look's windows "
-        "(min_windows, then step_windows), one switch per look")
+    round_windows: int | Literal["auto", "look"] = Field(
+        "auto", examples=["auto"], description="interleaved: windows per arm in one round (A's "
+        "then B's, a switch of image between them). 1: pairs -- every window of B beside one of "
+        "A, the rule's interval from the spread of the pairs' differences, so windows that "
+        "follow each other alike (a background that lasts longer than a window, a restart's "
+        "level) cannot narrow it; each pair costs a switch. look: a round adds a look's windows "
+        "(min_windows, then step_windows), one switch per look. auto: pairs where flashes are "
+        "free of a budget (no [policy.budgets] flashes_per_hour: a vlab) or the budget holds "
+        "one A/B at the cap (max_windows + 1 flashes an hour), else look")
 
     @model_validator(mode="after")
     def _schedule(self) -> DecisionRule:
@@ -97,9 +99,26 @@ class DecisionRule(BaseModel):
             out.append(self.max_windows)
         return out
 
+    def resolved(self, flashes_per_hour: int | None) -> Self:
+        """This rule with `round_windows` "auto" settled for a lab whose flash budget is
+        `flashes_per_hour` (None: no budget): pairs when the hour holds one A/B at the cap (a
+        switch per pair, one to begin), else a look's windows per round. The budget is the
+        profile's, not what is left of it this hour: the design is fixed before any window."""
+        if self.round_windows != "auto":
+            return self
+        fits = flashes_per_hour is None or flashes_per_hour >= self.max_windows + 1
+        return self.model_copy(update={"round_windows": 1 if fits else "look"})
+
+    def per_round(self) -> int | None:
+        """Windows per arm in one interleaved round; None: a look's (round_windows "look").
+        "auto" not yet settled (`resolved`) reads as pairs, as on a lab without a flash budget."""
+        if self.round_windows == "look":
+            return None
+        return 1 if self.round_windows == "auto" else self.round_windows
+
     def round_step(self) -> int:
         """Windows per arm a round of the interleaved design adds after the first look's."""
-        return self.round_windows or self.step_windows
+        return self.per_round() or self.step_windows
 
     def alpha_per_look(self) -> float:
         return self.alpha / len(self.looks())

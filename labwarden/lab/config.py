@@ -481,11 +481,12 @@ class DecisionSection(DecisionRule):
     sweep_reps: int = Field(3, ge=1, le=10, examples=[3], description="windows per density of "
                             "the full sweep")
     interleave: bool | Literal["auto"] = Field(
-        "auto", examples=["auto"], description="alternate A and B in rounds (a flash per round), "
-        "analysed blocked by round so drift cancels; false: A once at max_windows, B adding "
-        "windows against it, A again after B (drift_check). auto: interleave when one switch of "
-        "image (flash + fingerprint verify, as last measured on this lab) costs no more than the "
-        "windows a round adds (step_windows x window_s + settle_s); not yet measured: false")
+        "auto", examples=["auto"], description="alternate A and B in rounds (a flash per round: "
+        "round_windows), analysed blocked by round so drift cancels; false: A once at "
+        "max_windows, B adding windows against it, A again after B (drift_check). auto: "
+        "interleave when one switch of image (flash + fingerprint verify, as last measured on "
+        "this lab) costs no more than the windows a round adds (pairs: one window_s; look "
+        "rounds: step_windows x window_s; plus settle_s); not yet measured: false")
     drift_check: bool = Field(True, examples=[True], description="without interleaving, measure "
                               "A again (min_windows) after B decided (A-B-A): when the two A's "
                               "differ (the rule's interval excludes 0 and the change is beyond "
@@ -526,7 +527,9 @@ class DecisionSection(DecisionRule):
     offered_load_tolerance_pct: float = Field(5.0, gt=0, le=100, examples=[5.0],
                                               description="B's offered load may fall at most "
                                               "this far below A's (mean of per-window rates; never "
-                                              "finer than one call a window); more load on B passes")
+                                              "finer than one call a window, nor than two standard "
+                                              "errors of the difference from A's scatter per "
+                                              "window); more load on B passes")
     parity_check: list[str] = Field(default_factory=list, examples=[["sh", "-c", "..."]],
                                     description="argv run on the DUT with the densest clients "
                                     "held; its output must be equal for A and B (functional "

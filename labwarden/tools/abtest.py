@@ -160,7 +160,7 @@ class AB:
                  with_parity: bool = False, reuse_a: Arm | None = None,
                  reuse_from: str | None = None) -> None:
         self.ctx = ctx
-        self.rule = rule
+        self.rule = rule.resolved(ctx.profile.policy.budgets.flashes_per_hour)
         self.window_s = window_s
         self.metric = metric
         self.higher_is_worse = higher_is_worse
@@ -446,7 +446,7 @@ class AB:
         go. Interleaved: in rounds -- `round_windows` per arm each (1: pairs), else all of the
         look's in one round -- every round starting on the build the last one ended on (one
         switch per round: `order` is reversed after each)."""
-        per_round = self.rule.round_windows if self.interleaved else None
+        per_round = self.rule.per_round() if self.interleaved else None
         while True:
             wants = {name: self._want(name, arms[name], target) - len(arms[name].values)
                      for name in order}

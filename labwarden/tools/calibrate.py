@@ -52,7 +52,7 @@ def default_windows(rule: DecisionRule) -> int:
 
 async def run(ctx: LabContext, inp: CalibrateInput) -> CalibrateOutput:
     prof, dec = ctx.profile, ctx.profile.decision
-    rule = calibration.rule_of(dec)
+    rule = calibration.rule_of(dec, prof.policy.budgets.flashes_per_hour)
     state = ctx.peek_state()
     build = state.verified_build
     if build is None:  # the guard requires a verified board; this is its belt and braces
