@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import TYPE_CHECKING, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -75,7 +75,7 @@ class DecisionRule(BaseModel):
                               "while the verdict is 'unknown'")
     max_windows: int = Field(15, ge=2, le=200, examples=[15], description="windows per arm at "
                              "most: an 'unknown' here stays unknown")
-    round_windows: int | Literal["auto", "look"] = Field(
+    round_windows: Annotated[int, Field(ge=1, le=100)] | Literal["auto", "look"] = Field(
         "auto", examples=["auto"], description="interleaved: windows per arm in one round (A's "
         "then B's, a switch of image between them). 1: pairs -- every window of B beside one of "
         "A, the rule's interval from the spread of the pairs' differences, so windows that "
