@@ -15,8 +15,9 @@ def interleaves(setting: Interleave, switch_s: float | None, *, window_s: float,
     False is the user's decision; "auto" interleaves when one switch of image (flash +
     fingerprint verify, measured: `switch_s`) costs no more than the windows one arm adds per
     round (`step_windows` x `window_s`, plus the settle a switch brings; `step_windows` is the
-    rule's `round_step()`: 1 for pairs), i.e. interleaving at most doubles a round. Unknown cost (nothing measured yet): not interleaved -- a flash that
-    may be a reboot is not spent on a guess."""
+    rule's `round_step()`: 1 for pairs), i.e. interleaving at most doubles a round. Unknown
+    cost (nothing measured yet): not interleaved -- a flash that may be a reboot is not spent
+    on a guess."""
     if setting != "auto":
         return bool(setting)
     if switch_s is None:
