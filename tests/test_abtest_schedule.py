@@ -20,7 +20,8 @@ pytestmark = pytest.mark.anyio
 
 RULE = DecisionRule(alpha=0.02, beta=0.1, min_effect_pct=5.0, min_windows=3, step_windows=2,
                     max_windows=11, round_windows="look")
-"""A look's windows per round: the schedule most tests here pin (pairs and "auto" have their own)."""
+"""A look's windows per round (the default, said here so the schedule stays pinned): pairs and
+"auto" have their own tests."""
 
 
 class Scripted(AB):
@@ -116,7 +117,7 @@ async def test_pairs_take_one_window_per_arm_a_round() -> None:
 ])
 async def test_auto_rounds_are_pairs_where_the_flash_budget_holds_them(
         flashes_per_hour: int | None, first_round: list[tuple[str, int]]) -> None:
-    """`round_windows = "auto"` (the default) settles on the profile's flash budget, never on
+    """`round_windows = "auto"` settles on the profile's flash budget, never on
     what is left of it this hour: the design is fixed before any window."""
     rule = RULE.model_copy(update={"round_windows": "auto"})
     ab = Scripted({"a": itertools.cycle([30.0, 40.0, 20.0]), "b": itertools.cycle([25.0, 38.0, 29.0])},

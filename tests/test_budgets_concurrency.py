@@ -187,6 +187,8 @@ async def test_a_mutex_left_by_a_killed_step_is_waited_out(lab: VlabLayout) -> N
     waits that out instead of failing -- before, it gave up after 100 quick tries (~7 s) and every
     call until the lock went stale failed."""
     prof = LabProfile.from_file(lab.lab_toml)
+    # an expired lease is there (a free one is taken by one `ln`, without the mutex)
+    (lab.run_dir / "labwarden.lease").write_text("ghost@nowhere:1.1/s-ghost 1\n")
     lock = lab.run_dir / "labwarden.lease.lock"
     lock.mkdir()
     old = time.time() - (STALE_LOCK_S - 15)  # stale in ~15 s: past the old give-up

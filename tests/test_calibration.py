@@ -41,10 +41,10 @@ def shifting(n: int, seed: int, every: int = 12) -> list[float]:
 
 def test_white_noise_keeps_the_rules_bounds() -> None:
     values = white(1500, 0.02, seed=11)
-    look = RULE.model_copy(update={"round_windows": "look"})
-    # the default ("auto": pairs on a lab without a flash budget), rounds of a look's windows,
+    pairs = RULE.model_copy(update={"round_windows": "auto"}).resolved(None)
+    # pairs ("auto" on a lab without a flash budget), rounds of a look's windows (the default),
     # and two independent samples: each spends at most alpha and says "same" to a no-op
-    for design, rule in (("blocked", RULE), ("blocked", look), ("independent", RULE)):
+    for design, rule in (("blocked", pairs), ("blocked", RULE), ("independent", RULE)):
         sim = Simulator(values, rule, design, draws=600, seed=3)
         aa = sim.case(0.0, TIME)
         bound = rule.alpha / 2
@@ -100,13 +100,12 @@ def test_pairs_keep_the_false_rate_where_rounds_of_several_windows_do_not() -> N
     look's windows (`round_windows = "look"`: 3, then 2 per arm) feed the blocked model windows
     it takes for independent, so its interval is too narrow and an A/A is called different
     beyond alpha (6.7% here against 2%); pairs (`round_windows = 1`) read the spread of the
-    pairs' differences and keep the bound, and still find a 10% effect. Pairs are the default
-    ("auto") where flashes are free of a budget."""
+    pairs' differences and keep the bound, and still find a 10% effect. "auto" takes pairs where
+    flashes are free of a budget."""
     values = ar1(3000, 0.6, 0.05, seed=7)
-    look = RULE.model_copy(update={"round_windows": "look"})
-    rounds = Simulator(values, look, "blocked", draws=1500, seed=3).case(0.0, TIME)
-    pairs_rule = RULE.resolved(None)
-    assert pairs_rule.round_windows == 1
+    rounds = Simulator(values, RULE, "blocked", draws=1500, seed=3).case(0.0, TIME)  # "look"
+    pairs_rule = RULE.model_copy(update={"round_windows": "auto"}).resolved(None)
+    assert RULE.round_windows == "look" and pairs_rule.round_windows == 1
     pairs = Simulator(values, pairs_rule, "blocked", draws=1500, seed=3)
     aa = pairs.case(0.0, TIME)
     slack = 3 * math.sqrt(RULE.alpha * (1 - RULE.alpha) / aa.draws)

@@ -76,14 +76,16 @@ class DecisionRule(BaseModel):
     max_windows: int = Field(15, ge=2, le=200, examples=[15], description="windows per arm at "
                              "most: an 'unknown' here stays unknown")
     round_windows: Annotated[int, Field(ge=1, le=100)] | Literal["auto", "look"] = Field(
-        "auto", examples=["auto"], description="interleaved: windows per arm in one round (A's "
+        "look", examples=["auto"], description="interleaved: windows per arm in one round (A's "
         "then B's, a switch of image between them). 1: pairs -- every window of B beside one of "
         "A, the rule's interval from the spread of the pairs' differences, so windows that "
         "follow each other alike (a background that lasts longer than a window, a restart's "
         "level) cannot narrow it; each pair costs a switch. look: a round adds a look's windows "
         "(min_windows, then step_windows), one switch per look. auto: pairs where flashes are "
         "free of a budget (no [policy.budgets] flashes_per_hour: a vlab) or the budget holds "
-        "one A/B at the cap (max_windows + 1 flashes an hour), else look")
+        "one A/B at the cap (max_windows + 1 flashes an hour), else look. look is the default "
+        "for now: on the vlab's drift bench pairs called no no-op different where look rounds "
+        "called 3 of 20, but they cost more lab time per A/B")
 
     @model_validator(mode="after")
     def _schedule(self) -> DecisionRule:
