@@ -272,7 +272,7 @@ def test_the_agents_own_sweep_stands_in_for_a_only_when_taken_as_an_experiment_w
     that say how it was taken never stands in). The context is a stand-in (its profile and place
     are read) and a new sweep is recorded, not run."""
     import asyncio
-    from datetime import UTC, datetime
+    from datetime import UTC, datetime, timedelta
     from types import SimpleNamespace
 
     from labwarden.core.measurements import SweepPoint, SweepRecord
@@ -299,9 +299,9 @@ def test_the_agents_own_sweep_stands_in_for_a_only_when_taken_as_an_experiment_w
     def a_sweep(**differs: object) -> str:
         store = RecordStore(tmp_path / str(len(swept)) / str(sorted(differs)))
         fields = {"window_s": args.window_s, "reps": args.reps, "build_id": "a" * 16, **taken,
-                  **differs}
+                  "started_at": datetime.now(UTC), **differs}
         store.save("swp", "swp-0000000000a1", SweepRecord(
-            id="swp-0000000000a1", started_at=datetime.now(UTC), points=[point], cleanup_count=None,
+            id="swp-0000000000a1", points=[point], cleanup_count=None,
             **fields))  # type: ignore[arg-type]
         ctx = SimpleNamespace(profile=profile, place_name=None, fleet=None)
         return asyncio.run(experiment._a_sweep(ctx, store, "a" * 16, "A"))  # type: ignore[arg-type]
@@ -309,7 +309,9 @@ def test_the_agents_own_sweep_stands_in_for_a_only_when_taken_as_an_experiment_w
     assert a_sweep() == "swp-0000000000a1" and swept == []
     for differs in ({"settle_s": 2.0}, {"perf": False}, {"idle_baseline": False}, {"window_s": 4.0},
                     {"build_id": "b" * 16}, {"place": "vlab-0"},
-                    {"place": None, "settle_s": None, "perf": None, "idle_baseline": None}):
+                    {"place": None, "settle_s": None, "perf": None, "idle_baseline": None},
+                    # older than [decision] reuse_a_max_age_s (3600 s by default): swept anew
+                    {"started_at": datetime.now(UTC) - timedelta(seconds=3601)}):
         before = len(swept)
         assert a_sweep(**differs) == "swp-0000000000b2", differs
         assert len(swept) == before + 1

@@ -514,7 +514,8 @@ class DecisionSection(DecisionRule):
         "earlier screening of the same build on the same place, taken with these settings "
         "(window_s, workload point, metric) no longer than this ago, stand in for A after a "
         "check of min_windows windows agrees with them (else A is measured anew); bisect keeps "
-        "good's windows the same way. 0: A is always measured anew")
+        "good's windows the same way. A's full sweep (a survivor's) is reused no longer than "
+        "this either. 0: A is always measured anew")
     environment_action: Literal["drop", "flag", "off"] = Field(
         "drop", examples=["drop"], description="drop: leave a moved round or window out of the "
         "verdict (other work: as environment_others_action says) and take a replacement before "

@@ -111,12 +111,18 @@ def _known_a_sweep(profile: LabProfile, store: RecordStore, build: str, place: s
     """An earlier full sweep of `build` on `place` taken with the rule's settings: a kept
     candidate's sweep (the next base's), or one the agent took itself with the experiment's
     settings (lab_status `workload.sweep`, perf and idle baseline on: a flash saved). On a fleet a
-    sweep from another place never stands in for A: A and B are compared on one board."""
+    sweep from another place never stands in for A: A and B are compared on one board. No older
+    than `[decision] reuse_a_max_age_s`, as A's screening windows: one sweep taken in an unlucky
+    moment otherwise decided the full-sweep gates of every later candidate of a night (the
+    vlab's drift bench: nine improved candidates dropped by one edge window of A's sweep)."""
     dec = profile.decision
     points = load_drivers.points(profile)
+    now = datetime.now(UTC)
 
     def usable(rec: SweepRecord) -> bool:
-        return (rec.build_id == build and rec.place == place
+        age = (now - rec.started_at).total_seconds()
+        return (0 <= age <= dec.reuse_a_max_age_s
+                and rec.build_id == build and rec.place == place
                 and [p.stations for p in rec.points] == points and rec.reps == dec.sweep_reps
                 and rec.window_s == dec.window_s)
 
